@@ -1,0 +1,26 @@
+# Two entry points for a fresh machine: `make demo` and `make test`.
+# Both create .venv themselves. torch==2.13.0 is pinned first so pip takes the CPU wheel.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+$(STAMP): pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q -e '.[test]'
+	touch $(STAMP)
+
+.PHONY: venv demo test lint bench
+venv: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/hetplan demo
+
+test: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/python -m pytest
+
+bench: $(STAMP)
+	$(BIN)/python bench/run_all.py

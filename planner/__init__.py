@@ -1,0 +1,41 @@
+"""hetplan's Python API: the same objects the CLI uses.
+
+    import planner
+    model = planner.load_model("configs/models/llama3-70b.yaml")
+    cluster = planner.load_cluster("configs/clusters/lab-mixed.yaml")
+    result = planner.plan(model, cluster, global_batch_size=1024)
+    est = planner.estimate(model, cluster, result.best)
+
+Imports are lazy so that `hetplan gpus` does not pay for importing torch.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__all__ = [
+    "HetplanError",
+    "Plan",
+    "estimate",
+    "from_module",
+    "load_cluster",
+    "load_model",
+    "plan",
+]
+
+_WHERE = {
+    "HetplanError": "planner.errors",
+    "Plan": "planner.plan",
+    "estimate": "planner.estimate",
+    "from_module": "planner.graph",
+    "load_cluster": "planner.cluster",
+    "load_model": "planner.graph",
+    "plan": "planner.search",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _WHERE:
+        return getattr(importlib.import_module(_WHERE[name]), name)
+    raise AttributeError(f"module 'planner' has no attribute {name!r}")

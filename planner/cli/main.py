@@ -1,0 +1,42 @@
+"""The `hetplan` command: one typer app; each command lives in its own module.
+
+User mistakes (HetplanError) become one `error:` line and exit code 2, no traceback.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from planner.errors import HetplanError
+
+app = typer.Typer(
+    name="hetplan",
+    help="Plan and run LLM training on GPU clusters that mix GPU types.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+def _register() -> None:
+    # Each module adds its command(s) to `app` on import.
+    from planner.cli import (  # noqa: F401
+        cmd_demo,
+        cmd_gpus,
+        cmd_inspect,
+    )
+
+
+def main() -> None:
+    _register()
+    try:
+        app()
+    except HetplanError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()

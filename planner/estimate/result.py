@@ -1,0 +1,71 @@
+"""What `planner.estimate` returns: predicted time, throughput, cost and memory of a plan."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["Estimate", "StageEstimate"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StageEstimate:
+    """One device group of one pipeline (all its chunks under interleaving)."""
+
+    pipeline: int
+    stage: int
+    gpu: str
+    tp: int
+    layers: tuple[int, int]
+    fwd_ms: float
+    """Forward time of one micro-batch on this stage (compute + TP communication)."""
+    bwd_ms: float
+    """Backward time of one micro-batch (incl. recomputation)."""
+    peak_memory_gib: float
+    memory_capacity_gib: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "pipeline": self.pipeline,
+            "stage": self.stage,
+            "gpu": self.gpu,
+            "tp": self.tp,
+            "layers": list(self.layers),
+            "fwd_ms": round(self.fwd_ms, 6),
+            "bwd_ms": round(self.bwd_ms, 6),
+            "peak_memory_gib": round(self.peak_memory_gib, 6),
+            "memory_capacity_gib": round(self.memory_capacity_gib, 6),
+        }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Estimate:
+    iteration_time_s: float
+    tokens_per_s: float
+    mfu: float
+    """Model FLOPs (no recompute) per second over the sum of the used GPUs' dense peaks."""
+    usd_per_hour: float | None
+    usd_per_million_tokens: float | None
+    stages: tuple[StageEstimate, ...]
+    bubble_fraction: float
+    feasible: bool
+    problems: tuple[str, ...] = ()
+    """Why the plan is infeasible, with numbers (empty when feasible)."""
+    timeline: Any = field(default=None, compare=False, repr=False)
+    """The simulator's per-stage busy intervals (for Gantt charts)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        def r(x: float | None) -> float | None:
+            return None if x is None else round(x, 9)
+
+        return {
+            "iteration_time_s": r(self.iteration_time_s),
+            "tokens_per_s": r(self.tokens_per_s),
+            "mfu": r(self.mfu),
+            "usd_per_hour": r(self.usd_per_hour),
+            "usd_per_million_tokens": r(self.usd_per_million_tokens),
+            "bubble_fraction": r(self.bubble_fraction),
+            "feasible": self.feasible,
+            "problems": list(self.problems),
+            "stages": [s.to_dict() for s in self.stages],
+        }

@@ -1,0 +1,128 @@
+"""The LayerGraph: the model as a chain of layers, each measured once on the meta device.
+
+Every figure is per sequence of `seq_len` tokens at the training precision, for the whole
+(unsharded) layer; the cost model scales by micro-batch size and divides by TP degree.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import networkx as nx
+
+__all__ = ["Layer", "LayerGraph", "LayerKind", "Recompute"]
+
+LayerKind = Literal["embedding", "block", "head", "other"]
+Recompute = Literal["none", "selective", "full"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Layer:
+    """One link of the chain (embedding, transformer block, head, or a user's block)."""
+
+    index: int
+    """Position in the chain; plan layer ranges are half-open over these."""
+    name: str
+    """Module name, e.g. `layers.7`, stable across partitions."""
+    kind: LayerKind
+    params: int
+    """Trainable parameters (a tied embedding counts once, where it is first used)."""
+    fwd_flops: float
+    """Forward FLOPs (2 per multiply-add), matmuls and attention included."""
+    bwd_act_flops: float
+    """Backward FLOPs that produce activation gradients (dgrad)."""
+    bwd_weight_flops: float
+    """Backward FLOPs that produce weight gradients (wgrad)."""
+    fwd_matmul_flops: float
+    """The part of `fwd_flops` spent in GEMMs / attention (tensor-core work)."""
+    fwd_memory_bytes: float
+    """HBM bytes moved by the forward's memory-bound ops (norms, softmax, elementwise)."""
+    activation_bytes: float
+    """Bytes saved for backward with no recomputation."""
+    activation_bytes_selective: float
+    """Bytes saved with selective recomputation (attention core recomputed, Korthikanti §4)."""
+    activation_bytes_full: float
+    """Bytes saved with full recomputation (only the layer input is kept)."""
+    output_bytes: float
+    """Bytes of the tensor this layer hands to the next (pipeline p2p message)."""
+    tp_allreduce_bytes: float
+    """Bytes each Megatron-TP all-reduce in the forward carries (0 if the layer is not split)."""
+    tp_allreduces_fwd: int
+    """All-reduces per forward under Megatron TP (2 for a transformer block); backward has as many."""
+    max_tp: int
+    """Largest TP degree the layer's shapes allow (heads, KV heads, FFN width divisibility)."""
+    matmul_dim: int
+    """Representative GEMM inner size (hidden size) for the size-dependent GEMM efficiency."""
+
+    @property
+    def bwd_flops(self) -> float:
+        return self.bwd_act_flops + self.bwd_weight_flops
+
+    def saved_bytes(self, recompute: Recompute) -> float:
+        """Activation bytes held per sequence between forward and backward under `recompute`."""
+        return {
+            "none": self.activation_bytes,
+            "selective": self.activation_bytes_selective,
+            "full": self.activation_bytes_full,
+        }[recompute]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "index": self.index,
+            "name": self.name,
+            "kind": self.kind,
+            "params": self.params,
+            "fwd_flops": self.fwd_flops,
+            "bwd_flops": self.bwd_flops,
+            "bwd_act_flops": self.bwd_act_flops,
+            "bwd_weight_flops": self.bwd_weight_flops,
+            "activation_bytes": self.activation_bytes,
+            "activation_bytes_selective": self.activation_bytes_selective,
+            "activation_bytes_full": self.activation_bytes_full,
+            "output_bytes": self.output_bytes,
+            "tp_allreduce_bytes": self.tp_allreduce_bytes,
+            "tp_allreduces_fwd": self.tp_allreduces_fwd,
+            "max_tp": self.max_tp,
+        }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LayerGraph:
+    """The chain of layers, plus the op-level networkx graph it was cut from."""
+
+    name: str
+    seq_len: int
+    dtype_bytes: int
+    """Bytes per element at the training precision (2 for bf16/fp16, 4 for fp32)."""
+    layers: tuple[Layer, ...]
+    op_graph: nx.DiGraph = field(default_factory=nx.DiGraph, compare=False, repr=False)
+    """Op-level graph: nodes are ops (attr `layer`: the chain index), edges are tensors."""
+
+    @property
+    def params(self) -> int:
+        return sum(layer.params for layer in self.layers)
+
+    @property
+    def fwd_flops(self) -> float:
+        return sum(layer.fwd_flops for layer in self.layers)
+
+    @property
+    def bwd_flops(self) -> float:
+        return sum(layer.bwd_flops for layer in self.layers)
+
+    @property
+    def train_flops(self) -> float:
+        """Forward + backward FLOPs per sequence, no recomputation (the MFU numerator)."""
+        return self.fwd_flops + self.bwd_flops
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "seq_len": self.seq_len,
+            "params": self.params,
+            "fwd_flops": self.fwd_flops,
+            "bwd_flops": self.bwd_flops,
+            "activation_bytes": sum(layer.activation_bytes for layer in self.layers),
+            "layers": [layer.to_dict() for layer in self.layers],
+        }

@@ -1,0 +1,204 @@
+"""The launch plan (`hetplan.plan/v1`): pipelines of stages, the rank map, predictions.
+
+A plan is plain, validated data. It is self-contained on disk (model and cluster specs
+embedded), deterministic (`to_json` of equal plans gives equal bytes), and checked on load:
+layers covered once per pipeline, every rank exactly once, TP groups inside one node,
+micro-batches adding up to the global batch.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from planner.errors import SpecError
+
+__all__ = ["SCHEMA", "Pipeline", "Plan", "RankInfo", "Stage"]
+
+SCHEMA = "hetplan.plan/v1"
+Schedule = Literal["1f1b", "gpipe", "interleaved"]
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Stage(_Frozen):
+    """One pipeline stage (a model chunk under interleaving) and the TP group that runs it."""
+
+    layers: tuple[int, int]
+    """Half-open range [start, end) over the LayerGraph's chain."""
+    gpu: str
+    """Catalog name of the GPU type the stage's ranks are."""
+    tp: int = Field(ge=1)
+    ranks: tuple[int, ...]
+    """Global ranks of the TP group, TP-rank order; len(ranks) == tp."""
+    recompute: Literal["none", "selective", "full"] = "none"
+
+    @model_validator(mode="after")
+    def _check(self) -> Stage:
+        start, end = self.layers
+        if not 0 <= start < end:
+            raise ValueError(f"layers [{start}, {end}) is empty or negative; need 0 <= start < end")
+        if len(self.ranks) != self.tp:
+            raise ValueError(f"tp is {self.tp} but {len(self.ranks)} ranks are listed")
+        if len(set(self.ranks)) != len(self.ranks):
+            raise ValueError(f"ranks {list(self.ranks)} repeat a rank")
+        return self
+
+
+class Pipeline(_Frozen):
+    """One data-parallel replica: a chain of stages and its share of the batch."""
+
+    microbatches: int = Field(ge=1)
+    stages: tuple[Stage, ...] = Field(min_length=1)
+
+
+class RankInfo(_Frozen):
+    rank: int = Field(ge=0)
+    node: str
+    local_rank: int = Field(ge=0)
+
+
+class Plan(_Frozen):
+    """A launch plan. `model`/`cluster` may be None only in memory (API), never on disk."""
+
+    schema_: Literal["hetplan.plan/v1"] = Field(default=SCHEMA, alias="schema")
+    model: dict[str, Any] | None = None
+    cluster: dict[str, Any] | None = None
+    global_batch_size: int = Field(ge=1)
+    micro_batch_size: int = Field(ge=1)
+    schedule: Schedule = "1f1b"
+    virtual_stages: int = Field(default=1, ge=1)
+    """Model chunks per device group (interleaved schedule); stages list S × V chunks."""
+    sequence_parallel: bool = False
+    zero1: bool = False
+    """Shard optimizer state over each layer's data-parallel group (ZeRO stage 1)."""
+    pipelines: tuple[Pipeline, ...] = Field(min_length=1)
+    ranks: tuple[RankInfo, ...]
+    predicted: dict[str, Any] | None = None
+
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+
+    @model_validator(mode="after")
+    def _check(self) -> Plan:
+        _check_structure(self)
+        return self
+
+    # --- derived views -------------------------------------------------------------------
+    @property
+    def num_layers(self) -> int:
+        return self.pipelines[0].stages[-1].layers[1]
+
+    def device_groups(self, pipeline: int) -> tuple[Stage, ...]:
+        """The distinct device groups of a pipeline (first S chunks under interleaving)."""
+        stages = self.pipelines[pipeline].stages
+        return stages[: len(stages) // self.virtual_stages]
+
+    # --- I/O -----------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        return self.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+    def to_json(self) -> str:
+        """Deterministic text: fixed key order, no set iteration, trailing newline."""
+        return json.dumps(self.to_dict(), indent=2) + "\n"
+
+    def save(self, path: str | Path) -> None:
+        if self.model is None or self.cluster is None:
+            raise SpecError(str(path), None, "a plan file must embed its model and cluster specs")
+        Path(path).write_text(self.to_json())
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str = "plan") -> Plan:
+        if not isinstance(data, dict):
+            raise SpecError(where, None, f"expected a JSON object, got {type(data).__name__}")
+        try:
+            return cls.model_validate(data)
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            field = ".".join(str(p) for p in err["loc"]) or None
+            msg = err["msg"].removeprefix("Value error, ")
+            raise SpecError(where, field, msg) from None
+
+    @classmethod
+    def load(cls, path: str | Path) -> Plan:
+        p = Path(path)
+        try:
+            text = p.read_text()
+        except OSError as exc:
+            raise SpecError(str(p), None, f"cannot read plan file ({exc.strerror})") from None
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise SpecError(str(p), None, f"not JSON (line {exc.lineno}: {exc.msg})") from None
+        plan = cls.from_dict(data, where=str(p))
+        if plan.model is None or plan.cluster is None:
+            raise SpecError(str(p), "model" if plan.model is None else "cluster",
+                            "missing; a plan file must embed its model and cluster specs")
+        return plan
+
+
+def _check_structure(plan: Plan) -> None:
+    """Cross-field rules; raises ValueError (pydantic turns it into a field error)."""
+    n_layers = plan.pipelines[0].stages[-1].layers[1]
+    v = plan.virtual_stages
+    if v > 1 and plan.schedule != "interleaved":
+        raise ValueError(f"virtual_stages is {v} but schedule is {plan.schedule!r}; "
+                         "use schedule 'interleaved' or virtual_stages 1")
+    used: dict[int, str] = {}
+    for p_idx, pipe in enumerate(plan.pipelines):
+        where = f"pipelines.{p_idx}"
+        cursor = 0
+        for s_idx, st in enumerate(pipe.stages):
+            if st.layers[0] != cursor:
+                raise ValueError(f"{where}.stages.{s_idx}: layers start at {st.layers[0]}, "
+                                 f"expected {cursor} (stages must cover the layers in order)")
+            cursor = st.layers[1]
+        if cursor != n_layers:
+            raise ValueError(f"{where}: stages end at layer {cursor}, pipeline 0 ends at {n_layers}")
+        if len(pipe.stages) % v:
+            raise ValueError(f"{where}: {len(pipe.stages)} chunks do not divide into "
+                             f"{v} virtual stages")
+        groups = len(pipe.stages) // v
+        for s_idx, st in enumerate(pipe.stages):
+            home = pipe.stages[s_idx % groups]
+            if s_idx >= groups:
+                if st.ranks != home.ranks:
+                    raise ValueError(f"{where}.stages.{s_idx}: chunk {s_idx} must run on the ranks "
+                                     f"of stage {s_idx % groups} under interleaving")
+                continue
+            for r in st.ranks:
+                if r in used:
+                    raise ValueError(f"rank {r} is used by {used[r]} and {where}.stages.{s_idx}")
+                used[r] = f"{where}.stages.{s_idx}"
+        if plan.schedule in ("1f1b", "interleaved") and pipe.microbatches < groups:
+            raise ValueError(f"{where}: {pipe.microbatches} micro-batches < {groups} stages; "
+                             f"{plan.schedule} needs at least one micro-batch per stage")
+    total = sum(p.microbatches for p in plan.pipelines) * plan.micro_batch_size
+    if total != plan.global_batch_size:
+        mbs = " + ".join(str(p.microbatches) for p in plan.pipelines)
+        raise ValueError(f"micro-batches ({mbs}) × micro_batch_size {plan.micro_batch_size} = "
+                         f"{total} ≠ global_batch_size {plan.global_batch_size}")
+    table = {r.rank: r for r in plan.ranks}
+    if len(table) != len(plan.ranks):
+        raise ValueError("ranks: a rank is listed twice")
+    if sorted(table) != list(range(len(table))):
+        raise ValueError(f"ranks: must be 0..{len(table) - 1} each once")
+    missing = sorted(set(used) - set(table))
+    if missing:
+        raise ValueError(f"ranks {missing[:5]} appear in stages but not in the ranks table")
+    unused = sorted(set(table) - set(used))
+    if unused:
+        raise ValueError(f"ranks {unused[:5]} are in the ranks table but serve no stage")
+    slots = {(r.node, r.local_rank) for r in plan.ranks}
+    if len(slots) != len(plan.ranks):
+        raise ValueError("ranks: two ranks share one (node, local_rank)")
+    for p_idx, pipe in enumerate(plan.pipelines):
+        for s_idx, st in enumerate(pipe.stages):
+            nodes = sorted({table[r].node for r in st.ranks})
+            if len(nodes) > 1:
+                raise ValueError(f"pipelines.{p_idx}.stages.{s_idx}: TP group spans nodes "
+                                 f"{nodes}; a TP group must stay inside one node")
