@@ -24,8 +24,6 @@ def _register() -> None:
     # Each module adds its command(s) to `app` on import.
     from planner.cli import (  # noqa: F401
         cmd_demo,
-        cmd_gpus,
-        cmd_inspect,
     )
 
 
