@@ -1,0 +1,200 @@
+"""Pipeline simulator: closed forms (Narayanan et al. 2021 §2.2), a recursive oracle, memory."""
+
+from __future__ import annotations
+
+import functools
+import random
+
+import pytest
+
+from planner.simulate import (
+    StageTiming,
+    device_orders,
+    peak_activation,
+    simulate,
+    uniform_bubble_fraction,
+    uniform_makespan_s,
+)
+
+
+def _uniform(s: int, v: int, f: float = 1.0, b: float = 2.0) -> list[StageTiming]:
+    return [StageTiming(f / v, b / v, 0.0, j % s) for j in range(s * v)]
+
+
+@pytest.mark.parametrize("schedule", ["1f1b", "gpipe"])
+@pytest.mark.parametrize(("s", "m"), [(1, 1), (1, 5), (2, 2), (3, 7), (4, 8), (5, 5), (8, 32)])
+def test_uniform_matches_closed_form(schedule: str, s: int, m: int) -> None:
+    f, b = 1.5, 3.25
+    t = simulate(_uniform(s, 1, f, b), m, schedule)
+    assert t.makespan_s == pytest.approx((m + s - 1) * (f + b), rel=1e-12)
+    assert t.bubble_fraction == pytest.approx((s - 1) / (m + s - 1), abs=1e-12)
+    assert t.busy_s == pytest.approx([m * (f + b)] * s)
+
+
+@pytest.mark.parametrize(("s", "v", "m"), [(2, 2, 2), (2, 4, 4), (4, 2, 4), (4, 2, 8), (4, 3, 8),
+                                           (8, 2, 32), (8, 4, 8), (3, 2, 9)])
+def test_interleaved_bubble_is_one_over_v(s: int, v: int, m: int) -> None:
+    f, b = 1.0, 2.0
+    t = simulate(_uniform(s, v, f, b), m, "interleaved", v)
+    ideal = m * (f + b)
+    # Narayanan et al. 2021 §2.2: bubble time fraction (S − 1)/(V·m) of the ideal time.
+    assert (t.makespan_s - ideal) / ideal == pytest.approx((s - 1) / (v * m), rel=1e-9)
+    assert t.makespan_s == pytest.approx(uniform_makespan_s(f, b, s, m, v), rel=1e-12)
+    assert t.bubble_fraction == pytest.approx(uniform_bubble_fraction(s, m, v), rel=1e-9)
+
+
+@pytest.mark.parametrize(("schedule", "s", "v", "m"), [("1f1b", 4, 1, 9), ("gpipe", 3, 1, 4),
+                                                       ("interleaved", 4, 2, 8)])
+def test_fast_path_equals_simulation(schedule: str, s: int, v: int, m: int) -> None:
+    full = simulate(_uniform(s, v), m, schedule, v)
+    fast = simulate(_uniform(s, v), m, schedule, v, detail=False)
+    assert fast.events == ()
+    assert fast.makespan_s == pytest.approx(full.makespan_s, rel=1e-12)
+    assert fast.bubble_fraction == pytest.approx(full.bubble_fraction, abs=1e-12)
+    assert fast.busy_s == pytest.approx(full.busy_s)
+    assert fast.max_inflight == full.max_inflight
+
+
+def _oracle_finish(chunks: list[StageTiming], m: int, schedule: str, v: int) -> dict:
+    """Earliest finish of every op by memoised recursion over the dependency DAG."""
+    s_count = len(chunks) // v
+    orders = device_orders(s_count, v, m, schedule)
+    prev: dict[tuple, tuple | None] = {}
+    for order in orders:
+        for k, op in enumerate(order):
+            prev[op] = order[k - 1] if k else None
+
+    @functools.cache
+    def end(op: tuple) -> float:
+        backward, i, c = op
+        before = prev[op]
+        ready = end(before) if before else 0.0
+        if backward:
+            ready = max(ready, end((False, i, c)))
+            if c + 1 < len(chunks):
+                ready = max(ready, end((True, i, c + 1)) + chunks[c].send_s)
+            return ready + chunks[c].bwd_s
+        if c > 0:
+            ready = max(ready, end((False, i, c - 1)) + chunks[c - 1].send_s)
+        return ready + chunks[c].fwd_s
+
+    return {op: end(op) for op in prev}
+
+
+def _random_case(rng: random.Random) -> tuple[list[StageTiming], int, str, int]:
+    schedule = rng.choice(["1f1b", "gpipe", "interleaved"])
+    s = rng.randint(1, 5)
+    v = rng.randint(2, 3) if schedule == "interleaved" else 1
+    m = s * rng.randint(1, 3) if schedule == "interleaved" else rng.randint(s, s + 4)
+    chunks = []
+    for j in range(s * v):
+        bwd = rng.uniform(0.5, 3.0)
+        chunks.append(StageTiming(rng.uniform(0.2, 2.0), bwd,
+                                  0.0 if j == s * v - 1 else rng.uniform(0.0, 0.5), j % s,
+                                  recompute_s=rng.choice([0.0, bwd / 3])))
+    return chunks, m, schedule, v
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_random_heterogeneous_respects_dependencies(seed: int) -> None:
+    chunks, m, schedule, v = _random_case(random.Random(seed))
+    t = simulate(chunks, m, schedule, v)
+    fwd = {(e.microbatch, e.chunk): e for e in t.events if e.kind == "fwd"}
+    bwd = {(e.microbatch, e.chunk): e for e in t.events if e.kind == "bwd"}
+    rec = {(e.microbatch, e.chunk): e for e in t.events if e.kind == "recompute"}
+    n = len(chunks)
+    assert set(fwd) == set(bwd) == {(i, c) for i in range(m) for c in range(n)}
+    for (i, c), e in fwd.items():
+        assert e.device == c % (n // v)
+        assert e.end_s - e.start_s == pytest.approx(chunks[c].fwd_s)
+        if c > 0:
+            assert e.start_s >= fwd[i, c - 1].end_s + chunks[c - 1].send_s - 1e-12
+    for (i, c), e in bwd.items():
+        start = rec[i, c].start_s if (i, c) in rec else e.start_s
+        assert e.end_s - start == pytest.approx(chunks[c].bwd_s)
+        assert start >= fwd[i, c].end_s - 1e-12
+        if c + 1 < n:
+            assert start >= bwd[i, c + 1].end_s + chunks[c].send_s - 1e-12
+    for d in range(n // v):
+        spans = sorted((e.start_s, e.end_s) for e in t.events
+                       if e.device == d and e.kind in ("fwd", "bwd", "recompute"))
+        for (_, a_end), (b_start, _) in zip(spans, spans[1:], strict=False):
+            assert b_start >= a_end - 1e-12, f"device {d} runs two ops at once"
+    # Every op starts as early as its device and inputs allow: the DAG's longest path.
+    oracle = _oracle_finish(chunks, m, schedule, v)
+    for (i, c), e in fwd.items():
+        assert e.end_s == pytest.approx(oracle[False, i, c], rel=1e-12)
+    for (i, c), e in bwd.items():
+        assert e.end_s == pytest.approx(oracle[True, i, c], rel=1e-12)
+    assert t.makespan_s == pytest.approx(max(oracle.values()), rel=1e-12)
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_sends_follow_their_ops(seed: int) -> None:
+    chunks, m, schedule, v = _random_case(random.Random(100 + seed))
+    t = simulate(chunks, m, schedule, v)
+    ends = {(e.kind, e.microbatch, e.chunk): e.end_s for e in t.events}
+    for e in t.events:
+        if e.kind == "send":
+            assert e.start_s == ends["fwd", e.microbatch, e.chunk]
+            assert e.end_s - e.start_s == pytest.approx(chunks[e.chunk].send_s)
+        elif e.kind == "send_grad":
+            assert e.start_s == ends["bwd", e.microbatch, e.chunk]
+            assert e.end_s - e.start_s == pytest.approx(chunks[e.chunk - 1].send_s)
+
+
+def test_max_inflight_one_f_one_b_and_gpipe() -> None:
+    for s, m in [(4, 8), (4, 2), (6, 6)]:
+        t = simulate(_uniform(s, 1), m, "1f1b")
+        assert t.max_inflight == tuple(min(s - d, m) for d in range(s))
+        assert simulate(_uniform(s, 1), m, "gpipe").max_inflight == (m,) * s
+
+
+def test_max_inflight_interleaved_megatron_formula() -> None:
+    s, v, m = 4, 2, 8
+    t = simulate(_uniform(s, v), m, "interleaved", v)
+    # Korthikanti et al. 2022 / Megatron: V·S + S − 1 − 2s chunk-activations on device s.
+    assert t.max_inflight == tuple(v * s + s - 1 - 2 * d for d in range(s))
+    # In stage units device 0 holds S·(1 + (S−1)/(S·V)) micro-batches' activations.
+    assert t.max_inflight[0] / v == pytest.approx(s * (1 + (s - 1) / (s * v)))
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_max_inflight_equals_count_over_time(seed: int) -> None:
+    chunks, m, schedule, v = _random_case(random.Random(200 + seed))
+    t = simulate(chunks, m, schedule, v)
+    starts = {(e.microbatch, e.chunk): e.start_s for e in t.events if e.kind == "fwd"}
+    ends = {(e.microbatch, e.chunk): e.end_s for e in t.events if e.kind == "bwd"}
+    s_count = len(chunks) // v
+    for d in range(s_count):
+        mine = [k for k in starts if k[1] % s_count == d]
+        # Held on [fwd start, bwd end); the peak is reached at some forward's start.
+        peak = max(sum(1 for k in mine if starts[k] <= starts[x] < ends[k]) for x in mine)
+        assert t.max_inflight[d] == peak
+        weights = [1.0 + c for c in range(len(chunks))]
+        bytes_peak = max(sum(weights[k[1]] for k in mine if starts[k] <= starts[x] < ends[k])
+                         for x in mine)
+        assert peak_activation(t, weights)[d] == pytest.approx(bytes_peak)
+
+
+def test_tail_hand_computed() -> None:
+    # S=2, m=2, f=b=1: device 0 ends its backwards at 6, device 1 at 5.
+    chunks = _uniform(2, 1, 1.0, 1.0)
+    assert simulate(chunks, 2).makespan_s == 6.0
+    assert simulate(chunks, 2, dp_sync_s=[1.5, 1.5]).makespan_s == 7.5
+    t = simulate(chunks, 2, dp_sync_s=[0.0, 2.5], optimizer_s=[0.25, 0.25])
+    assert t.makespan_s == 7.75
+    assert t.pipeline_s == 6.0
+    assert [(e.kind, e.start_s) for e in t.events if e.device == 1 and e.microbatch < 0] == [
+        ("dp_sync", 5.0), ("optimizer", 7.5)]
+
+
+def test_refuses_bad_shapes() -> None:
+    with pytest.raises(ValueError, match=r"divisible by the pipeline stages \(4\)"):
+        simulate(_uniform(4, 2), 6, "interleaved", 2)
+    with pytest.raises(ValueError, match="must run on device 1"):
+        simulate([StageTiming(1, 1, 0, 0), StageTiming(1, 1, 0, 0)], 2)
+    with pytest.raises(ValueError, match="unknown schedule"):
+        simulate(_uniform(2, 1), 2, "zb")
+    with pytest.raises(ValueError, match="virtual_stages is 2"):
+        simulate(_uniform(2, 2), 2, "1f1b", 2)
