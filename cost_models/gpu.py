@@ -27,13 +27,18 @@ class GpuSpec:
     peak_tflops: dict[str, float]
     """Dense peak per dtype in TFLOP/s (10^12); a dtype the GPU lacks is absent."""
     intra_node_gb_per_s: float
-    """Per-GPU unidirectional bandwidth of its usual intra-node link (NVLink, xGMI or PCIe), GB/s."""
+    """Per-GPU one-direction bandwidth of its usual intra-node link (NVLink, xGMI, PCIe), GB/s."""
     intra_node_link: str
     """`nvlink` (incl. NVSwitch / xGMI) or `pcie`."""
     pcie_gb_per_s: float
     """Unidirectional PCIe bandwidth of the host interface, GB/s."""
+    nvlink_gb_per_s: float | None = None
+    """Per-GPU unidirectional NVLink (or AMD xGMI) bandwidth, GB/s; None when the part has none.
+    On PCIe cards with an NVLink bridge it joins pairs of GPUs only."""
     tdp_w: float
     """Board power, W."""
+    notes: str = ""
+    """What a user should know about this entry (variants, what one entry stands for)."""
     aliases: tuple[str, ...] = ()
     """Other names users type (`a100-80g`, `A100 80GB`)."""
     sources: dict[str, str] = field(default_factory=dict)
@@ -42,7 +47,7 @@ class GpuSpec:
     """Example on-demand cloud price, USD; its source is in `sources["price_per_gpu_hour"]`."""
 
     def peak(self, dtype: str) -> float:
-        """Dense peak TFLOP/s for `dtype`; raises KeyError when the GPU lacks it (no silent fallback)."""
+        """Dense peak TFLOP/s for `dtype`; KeyError when the GPU lacks it (no silent fallback)."""
         if dtype not in self.peak_tflops:
             raise KeyError(f"{self.name} has no {dtype} tensor throughput")
         return self.peak_tflops[dtype]
