@@ -1,1 +1,1 @@
-"""See the package modules."""
+"""Pictures and comparisons for people: Gantt charts, Pareto plots, what-if tables."""
