@@ -1,0 +1,197 @@
+"""Model and training specs: what a model YAML (or a HuggingFace config.json) says.
+
+Plain validated data (pydantic, frozen, unknown fields rejected). Loading and error
+wording live in `planner.graph.load_spec`; this module only defines and checks fields.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from planner.errors import SpecError
+
+__all__ = [
+    "Architecture",
+    "ModelSpec",
+    "Precision",
+    "TrainingSpec",
+    "default_ffn_hidden_size",
+    "spec_error_from_validation",
+]
+
+Architecture = Literal["gpt", "llama"]
+Precision = Literal["bf16", "fp16", "fp32"]
+
+# Strict: a YAML `hidden_size: "4096"` or `4096.5` is a mistake worth one clear line.
+_PosInt = Annotated[int, Field(strict=True, gt=0)]
+_PosFloat = Annotated[float, Field(gt=0)]
+
+
+class _FieldError(ValueError):
+    """A cross-field check that failed; carries the field to name in the message."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+class TrainingSpec(BaseModel):
+    """How the model is trained (CLI flags override these)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    global_batch_size: _PosInt | None = None
+    """Sequences per iteration; None means the command line must give it."""
+    precision: Precision = "bf16"
+    """Compute precision of weights and activations (Adam states stay fp32)."""
+    optimizer: Literal["adam", "adamw", "sgd"] = "adam"
+
+
+def default_ffn_hidden_size(architecture: str, hidden_size: int) -> int:
+    """GPT: 4h. Llama: Meta's rule, 2/3 of 4h rounded up to a multiple of 256."""
+    if architecture == "llama":
+        ffn = int(2 * 4 * hidden_size / 3)
+        return 256 * ((ffn + 255) // 256)
+    return 4 * hidden_size
+
+
+class ModelSpec(BaseModel):
+    """A decoder-only transformer's shape (see docs: configs/models/*.yaml)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: Annotated[str, Field(min_length=1)]
+    architecture: Architecture
+    """gpt: LayerNorm, GELU MLP, learned positions. llama: RMSNorm, SwiGLU, RoPE, GQA."""
+    hidden_size: _PosInt
+    num_layers: _PosInt
+    num_attention_heads: _PosInt
+    num_kv_heads: _PosInt
+    """Key/value heads (GQA); defaults to num_attention_heads."""
+    ffn_hidden_size: _PosInt
+    """MLP inner width; defaults to 4h (gpt) or Meta's 8h/3 rule (llama)."""
+    vocab_size: _PosInt
+    seq_len: _PosInt
+    """Training sequence length in tokens (every per-sequence figure uses it)."""
+    tie_embeddings: bool
+    """LM head shares the embedding weight; defaults true for gpt, false for llama."""
+    norm_eps: _PosFloat = 1e-5
+    rope_theta: _PosFloat = 10000.0
+    """RoPE base (llama only)."""
+    source: str = ""
+    """Where the numbers come from (paper, model card, config file)."""
+    training: TrainingSpec = TrainingSpec()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _fill_defaults(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        arch = data.get("architecture")
+        data.setdefault("num_kv_heads", data.get("num_attention_heads"))
+        if data["num_kv_heads"] is None:
+            del data["num_kv_heads"]
+        hidden = data.get("hidden_size")
+        if "ffn_hidden_size" not in data and isinstance(hidden, int) and arch in ("gpt", "llama"):
+            data["ffn_hidden_size"] = default_ffn_hidden_size(arch, hidden)
+        if "tie_embeddings" not in data and arch in ("gpt", "llama"):
+            data["tie_embeddings"] = arch == "gpt"
+        return data
+
+    @model_validator(mode="after")
+    def _check_shapes(self) -> ModelSpec:
+        h, a, kv = self.hidden_size, self.num_attention_heads, self.num_kv_heads
+        if h % a:
+            raise _FieldError(
+                "num_attention_heads",
+                f"{a} does not divide hidden_size {h}; pick a head count that divides it "
+                f"(e.g. {_nearest_divisor(h, a)})",
+            )
+        if a % kv:
+            raise _FieldError(
+                "num_kv_heads",
+                f"{kv} does not divide num_attention_heads {a}; each KV head must serve a "
+                f"whole group of query heads (e.g. {_nearest_divisor(a, kv)})",
+            )
+        if self.architecture == "llama" and (h // a) % 2:
+            raise _FieldError(
+                "num_attention_heads",
+                f"head size hidden_size/num_attention_heads = {h // a} is odd; RoPE needs "
+                "an even head size",
+            )
+        return self
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_attention_heads
+
+    @property
+    def num_chain_layers(self) -> int:
+        """Layers of the chain: embedding + blocks + head."""
+        return self.num_layers + 2
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-able dict with every field (for embedding into plans)."""
+        return self.model_dump(mode="json")
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str = "model") -> ModelSpec:
+        """Validate a dict (e.g. a plan's `model`); errors name `where` and the field."""
+        if not isinstance(data, dict):
+            raise SpecError(where, None, f"expected a mapping of model fields, got {_kind(data)}")
+        try:
+            return cls.model_validate(data)
+        except ValidationError as exc:
+            raise spec_error_from_validation(exc, where) from None
+
+    def replace(self, **changes: Any) -> ModelSpec:
+        """A validated copy with some fields changed (e.g. `seq_len`, `num_layers`)."""
+        data = self.to_dict()
+        data.update(changes)
+        return ModelSpec.from_dict(data, where=f"{self.name} (replace)")
+
+
+def _nearest_divisor(n: int, near: int) -> int:
+    return min((d for d in range(1, n + 1) if n % d == 0), key=lambda d: (abs(d - near), d))
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "nothing"
+    names = {dict: "a mapping", list: "a list", str: "a string"}
+    return names.get(type(value), type(value).__name__)
+
+
+_HINTS = {
+    "missing": "missing; add it",
+    "extra_forbidden": "unknown field; remove it or check its spelling",
+}
+
+
+def spec_error_from_validation(exc: ValidationError, where: str) -> SpecError:
+    """The first pydantic error as one SpecError line: file, field, what is wrong."""
+    err = exc.errors(include_url=False)[0]
+    ctx_error = (err.get("ctx") or {}).get("error")
+    if isinstance(ctx_error, _FieldError):
+        return SpecError(where, ctx_error.field, str(ctx_error))
+    field = ".".join(str(p) for p in err["loc"]) or None
+    kind = err["type"]
+    if kind in _HINTS:
+        message = _HINTS[kind]
+        if kind == "extra_forbidden":
+            allowed = _allowed_fields(field)
+            message += f" (allowed: {', '.join(allowed)})"
+        return SpecError(where, field, message)
+    message = err["msg"]
+    if "input" in err:
+        message += f" (got {err['input']!r})"
+    return SpecError(where, field, message)
+
+
+def _allowed_fields(field: str | None) -> list[str]:
+    if field and field.startswith("training."):
+        return list(TrainingSpec.model_fields)
+    return list(ModelSpec.model_fields)
