@@ -69,6 +69,21 @@ class Cluster:
     def world_size(self) -> int:
         return sum(g.gpus for g in self.groups)
 
+    def group(self, name: str) -> NodeGroup:
+        """The node group called `name`; KeyError naming the groups if there is none."""
+        for g in self.groups:
+            if g.name == name:
+                return g
+        raise KeyError(f"cluster {self.name!r} has no node group {name!r}; groups: "
+                       f"{', '.join(g.name for g in self.groups)}")
+
+    def node(self, name: str) -> Node:
+        """The node called `name` (`<group>-<i>` or `<group>`); KeyError if there is none."""
+        for n in self.nodes:
+            if n.name == name:
+                return n
+        raise KeyError(f"cluster {self.name!r} has no node {name!r}")
+
     def gpu_counts(self) -> dict[str, int]:
         """GPU type name -> number of GPUs, in file order."""
         counts: dict[str, int] = {}
