@@ -1,0 +1,102 @@
+"""Translate a HuggingFace `config.json` into ModelSpec fields.
+
+Supported `model_type`s: llama, mistral, qwen2 (all: RMSNorm, SwiGLU, RoPE, GQA → our
+`llama`), gpt2, gpt_neo, opt (→ our `gpt`). What our modules do not model is dropped
+and said so in `source`: Qwen2's q/k/v biases, OPT's narrower word-embedding projection
+(`word_embed_proj_dim`), post-norm and ReLU, GPT-Neo's local attention. `seq_len` is
+`max_position_embeddings` (override it with `ModelSpec.replace(seq_len=...)`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from planner.errors import SpecError
+
+__all__ = ["from_hf_config", "looks_like_hf_config"]
+
+_LLAMA_LIKE = ("llama", "mistral", "qwen2")
+
+
+def looks_like_hf_config(data: dict[str, Any]) -> bool:
+    return "architecture" not in data and ("model_type" in data or "architectures" in data)
+
+
+def _need(data: dict[str, Any], key: str, where: str) -> Any:
+    if key not in data or data[key] is None:
+        raise SpecError(where, key, "missing from the HuggingFace config; add it")
+    return data[key]
+
+
+def from_hf_config(data: dict[str, Any], where: str, *, default_name: str) -> dict[str, Any]:
+    """ModelSpec fields (a dict, validated later) for a HuggingFace config."""
+    model_type = data.get("model_type")
+    name = default_name
+    if isinstance(data.get("_name_or_path"), str) and data["_name_or_path"]:
+        name = data["_name_or_path"].rstrip("/").rsplit("/", 1)[-1]
+    note = f"HuggingFace config.json ({where}, model_type {model_type})"
+    if model_type in _LLAMA_LIKE:
+        heads = _need(data, "num_attention_heads", where)
+        out = {
+            "architecture": "llama",
+            "hidden_size": _need(data, "hidden_size", where),
+            "num_layers": _need(data, "num_hidden_layers", where),
+            "num_attention_heads": heads,
+            "num_kv_heads": data.get("num_key_value_heads") or heads,
+            "ffn_hidden_size": _need(data, "intermediate_size", where),
+            "vocab_size": _need(data, "vocab_size", where),
+            "seq_len": _need(data, "max_position_embeddings", where),
+            "tie_embeddings": bool(data.get("tie_word_embeddings", False)),
+            "norm_eps": data.get("rms_norm_eps", 1e-6),
+            "rope_theta": data.get("rope_theta", 10000.0),
+        }
+        if model_type == "qwen2":
+            note += "; q/k/v biases not modelled"
+    elif model_type == "gpt2":
+        hidden = _need(data, "n_embd", where)
+        out = {
+            "architecture": "gpt",
+            "hidden_size": hidden,
+            "num_layers": _need(data, "n_layer", where),
+            "num_attention_heads": _need(data, "n_head", where),
+            "ffn_hidden_size": data.get("n_inner") or (4 * hidden if isinstance(hidden, int)
+                                                       else None),
+            "vocab_size": _need(data, "vocab_size", where),
+            "seq_len": _need(data, "n_positions", where),
+            "tie_embeddings": bool(data.get("tie_word_embeddings", True)),
+            "norm_eps": data.get("layer_norm_epsilon", 1e-5),
+        }
+    elif model_type == "gpt_neo":
+        hidden = _need(data, "hidden_size", where)
+        out = {
+            "architecture": "gpt",
+            "hidden_size": hidden,
+            "num_layers": _need(data, "num_layers", where),
+            "num_attention_heads": _need(data, "num_heads", where),
+            "ffn_hidden_size": data.get("intermediate_size") or (
+                4 * hidden if isinstance(hidden, int) else None),
+            "vocab_size": _need(data, "vocab_size", where),
+            "seq_len": _need(data, "max_position_embeddings", where),
+            "tie_embeddings": bool(data.get("tie_word_embeddings", True)),
+            "norm_eps": data.get("layer_norm_epsilon", 1e-5),
+        }
+        note += "; local attention layers counted as global"
+    elif model_type == "opt":
+        hidden = _need(data, "hidden_size", where)
+        out = {
+            "architecture": "gpt",
+            "hidden_size": hidden,
+            "num_layers": _need(data, "num_hidden_layers", where),
+            "num_attention_heads": _need(data, "num_attention_heads", where),
+            "ffn_hidden_size": _need(data, "ffn_dim", where),
+            "vocab_size": _need(data, "vocab_size", where),
+            "seq_len": _need(data, "max_position_embeddings", where),
+            "tie_embeddings": bool(data.get("tie_word_embeddings", True)),
+        }
+        proj = data.get("word_embed_proj_dim")
+        if proj not in (None, hidden):
+            note += f"; word_embed_proj_dim {proj} modelled as hidden_size {hidden}"
+    else:
+        raise SpecError(where, "model_type", f"unsupported HuggingFace model_type {model_type!r}; "
+                        f"supported: {', '.join([*_LLAMA_LIKE, 'gpt2', 'gpt_neo', 'opt'])}")
+    return {"name": name, **{k: v for k, v in out.items() if v is not None}, "source": note}
