@@ -24,6 +24,7 @@ def _register() -> None:
     # Each module adds its command(s) to `app` on import.
     from planner.cli import (  # noqa: F401
         cmd_demo,
+        cmd_gpus,
     )
 
 
@@ -37,4 +38,8 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    # Under `python -m planner.cli.main` this file is `__main__`, a second copy of the module;
+    # the command modules register on `planner.cli.main.app`, so run that copy's main().
+    from planner.cli.main import main as _registered_main
+
+    _registered_main()
