@@ -1,5 +1,29 @@
-"""Cost of a given plan: `estimate(model, cluster, plan) -> Estimate`."""
+"""Cost of a given plan: `estimate(model, cluster, plan) -> Estimate`.
 
+`stage_cost` (one TP group over a layer range, one micro-batch) is what the search calls;
+`megatron_plan` builds the plan a Megatron-style config describes.
+"""
+
+from planner.estimate.estimate import estimate, with_prediction
+from planner.estimate.megatron import megatron_plan
 from planner.estimate.result import Estimate, StageEstimate
+from planner.estimate.stage_cost import (
+    LayerCostTable,
+    StageCost,
+    layer_cost_table,
+    stage_cost,
+    stage_peak_memory_gib,
+)
 
-__all__ = ["Estimate", "StageEstimate"]
+__all__ = [
+    "Estimate",
+    "LayerCostTable",
+    "StageCost",
+    "StageEstimate",
+    "estimate",
+    "layer_cost_table",
+    "megatron_plan",
+    "stage_cost",
+    "stage_peak_memory_gib",
+    "with_prediction",
+]

@@ -52,7 +52,11 @@ class Estimate:
     problems: tuple[str, ...] = ()
     """Why the plan is infeasible, with numbers (empty when feasible)."""
     timeline: Any = field(default=None, compare=False, repr=False)
-    """The simulator's per-stage busy intervals (for Gantt charts)."""
+    """The simulator's per-stage busy intervals (for Gantt charts): one Timeline per pipeline."""
+    dp_sync_s: float = 0.0
+    """The slowest device's data-parallel gradient all-reduce (after the pipeline flush)."""
+    optimizer_s: float = 0.0
+    """The slowest device's optimizer step."""
 
     def to_dict(self) -> dict[str, Any]:
         def r(x: float | None) -> float | None:
@@ -65,6 +69,8 @@ class Estimate:
             "usd_per_hour": r(self.usd_per_hour),
             "usd_per_million_tokens": r(self.usd_per_million_tokens),
             "bubble_fraction": r(self.bubble_fraction),
+            "dp_sync_s": r(self.dp_sync_s),
+            "optimizer_s": r(self.optimizer_s),
             "feasible": self.feasible,
             "problems": list(self.problems),
             "stages": [s.to_dict() for s in self.stages],

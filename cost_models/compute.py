@@ -1,0 +1,110 @@
+"""Compute time of one layer's forward, activation-gradient and weight-gradient work.
+
+A roofline per op class: GEMM/attention FLOPs against the dense tensor peak × a fitted
+efficiency that shrinks for narrow GEMMs; memory-bound work (norms, softmax, elementwise)
+against HBM bandwidth × a fitted efficiency; plus a fixed cost per kernel launch. The
+constants live in `cost_models.efficiency`, with the data they were fitted on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from cost_models.efficiency import GEMM_DIM_HALF, compute_constants
+from cost_models.gpu import GpuSpec
+
+__all__ = [
+    "ADAM_BYTES_PER_PARAM",
+    "LayerWork",
+    "adam_step_s",
+    "gemm_s",
+    "layer_compute_s",
+    "matmul_dtype",
+    "memory_s",
+    "peak_tflops",
+]
+
+
+def matmul_dtype(gpu: GpuSpec, precision: str) -> str:
+    """The tensor-core dtype GEMMs run in at a training precision.
+
+    bf16 falls back to fp16 on GPUs without bf16 (V100, T4, Turing GeForce: same speed, loss
+    scaling instead); fp32 training uses TF32 where the GPU has it (PyTorch
+    `allow_tf32`/Megatron default on Ampere+), plain FP32 otherwise; fp8 falls back to bf16.
+    """
+    chain = {
+        "bf16": ("bf16", "fp16", "fp32"),
+        "fp16": ("fp16", "bf16", "fp32"),
+        "fp32": ("tf32", "fp32"),
+        "fp8": ("fp8", "bf16", "fp16", "fp32"),
+    }.get(precision)
+    if chain is None:
+        raise ValueError(f"unknown precision {precision!r}; use bf16, fp16, fp32 or fp8")
+    for dtype in chain:
+        if gpu.peak_tflops.get(dtype, 0.0) > 0:
+            return dtype
+    raise ValueError(f"{gpu.name} lists no peak for {precision} (peak_tflops: {gpu.peak_tflops})")
+
+
+def peak_tflops(gpu: GpuSpec, precision: str) -> float:
+    """Dense peak TFLOP/s GEMMs can reach at `precision` (see `matmul_dtype`)."""
+    return gpu.peak_tflops[matmul_dtype(gpu, precision)]
+
+
+def gemm_s(flops: float, gpu: GpuSpec, precision: str, width: float) -> float:
+    """Time of `flops` of GEMM work whose narrow dimension is `width` elements."""
+    if flops <= 0:
+        return 0.0
+    c = compute_constants(gpu.generation)
+    eff = c.matmul_eff * width / (width + GEMM_DIM_HALF)
+    return flops / (peak_tflops(gpu, precision) * 1e12 * eff)
+
+
+def memory_s(nbytes: float, gpu: GpuSpec) -> float:
+    """Time of memory-bound kernels moving `nbytes` through HBM."""
+    if nbytes <= 0:
+        return 0.0
+    return nbytes / (gpu.hbm_gb_per_s * 1e9 * compute_constants(gpu.generation).memory_eff)
+
+
+@dataclass(frozen=True, slots=True)
+class LayerWork:
+    """One layer's work on ONE GPU for one micro-batch (already scaled by batch and TP)."""
+
+    fwd_matmul_flops: float
+    bwd_act_matmul_flops: float
+    bwd_weight_matmul_flops: float
+    fwd_memory_bytes: float
+    """HBM traffic of the forward's memory-bound ops; backward moves twice as much."""
+    gemm_width: float
+    """Narrow GEMM dimension on this GPU (hidden size / TP for a block)."""
+    kernels_fwd: int
+    """Kernels the forward launches (backward launches twice as many)."""
+
+
+def layer_compute_s(work: LayerWork, gpu: GpuSpec, precision: str) -> tuple[float, float, float]:
+    """(forward, activation-gradient, weight-gradient) seconds, communication excluded.
+
+    Memory-bound backward work and the backward's launches go to the activation-gradient
+    part: weight gradients are plain GEMMs.
+    """
+    kernel_s = compute_constants(gpu.generation).kernel_s
+    w = work.gemm_width
+    fwd = (gemm_s(work.fwd_matmul_flops, gpu, precision, w)
+           + memory_s(work.fwd_memory_bytes, gpu) + work.kernels_fwd * kernel_s)
+    bwd_act = (gemm_s(work.bwd_act_matmul_flops, gpu, precision, w)
+               + memory_s(2 * work.fwd_memory_bytes, gpu) + work.kernels_fwd * kernel_s)
+    bwd_weight = (gemm_s(work.bwd_weight_matmul_flops, gpu, precision, w)
+                  + work.kernels_fwd * kernel_s)
+    return fwd, bwd_act, bwd_weight
+
+
+ADAM_BYTES_PER_PARAM = 28.0
+"""HBM traffic of one fused Adam step per parameter: read and write fp32 master weight,
+momentum and variance (24 B), read the gradient (2-4 B, 2 counted with fp32 grads' extra in
+the rounding), write the 16-bit weight copy (2 B). Multi-tensor apply: launches are negligible."""
+
+
+def adam_step_s(params: float, gpu: GpuSpec) -> float:
+    """Memory-bound Adam step for `params` parameters held on one GPU."""
+    return memory_s(params * ADAM_BYTES_PER_PARAM, gpu)

@@ -1,0 +1,76 @@
+"""Memory per GPU: model state, activations held under a pipeline schedule, overhead.
+
+Model state (Adam, mixed precision; Rajbhandari et al., "ZeRO", SC'20, §3.1): 2 B fp16/bf16
+weights + 2 B gradients + 12 B fp32 optimizer state (master weights, momentum, variance) =
+16 B per parameter; the 12 B part is what ZeRO-1 shards over data parallelism. Pure fp32
+training: 4 B weights + 4 B gradients + 8 B Adam moments = 16 B, 8 B shardable.
+
+Activations per transformer block and micro-batch of b sequences (Korthikanti et al.,
+"Reducing Activation Recomputation in Large Transformer Models", MLSys 2023, Table 2, 16-bit):
+s·b·h·(34 + 5·a·s/h) bytes with no parallelism; with TP t and no sequence parallelism the
+10·s·b·h bytes of norm inputs, dropout masks and residuals stay replicated:
+s·b·h·(10 + 24/t + 5·a·s/(h·t)); sequence parallelism splits them too. The graph gives the
+per-sequence totals; this module splits them across TP.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "FRAMEWORK_OVERHEAD_GIB",
+    "GIB",
+    "activation_bytes_per_gpu",
+    "inflight_microbatches",
+    "optimizer_bytes_per_param",
+    "state_bytes_per_param",
+]
+
+GIB = float(2**30)
+
+FRAMEWORK_OVERHEAD_GIB = 1.5
+"""CUDA context (~0.3-0.5 GiB on recent drivers), NCCL communicator buffers (~0.2-0.5 GiB per
+communicator set) and caching-allocator fragmentation; one fixed figure per GPU. Sanity check
+against sailor_measured_plans.csv peak memory (which excludes the CUDA context) in
+docs/cost-model.md."""
+
+
+def state_bytes_per_param(precision: str) -> float:
+    """Weights + gradients + Adam state per parameter, before ZeRO sharding."""
+    return 16.0
+
+
+def optimizer_bytes_per_param(precision: str) -> float:
+    """The part of `state_bytes_per_param` that ZeRO-1 shards over DP."""
+    return 8.0 if precision == "fp32" else 12.0
+
+
+def activation_bytes_per_gpu(saved_bytes: float, replicated_bytes: float, tp: int,
+                             sequence_parallel: bool) -> float:
+    """Split one micro-batch's saved activations across a TP group.
+
+    `replicated_bytes` is the part Megatron TP leaves whole on every rank (norm inputs,
+    dropout masks, residuals) unless sequence parallelism splits it too.
+    """
+    if sequence_parallel or tp == 1:
+        return saved_bytes / tp
+    rep = min(replicated_bytes, saved_bytes)
+    return rep + (saved_bytes - rep) / tp
+
+
+def inflight_microbatches(schedule: str, stages: int, stage: int, microbatches: int,
+                          virtual_stages: int = 1) -> float:
+    """Micro-batches whose activations a device holds at its peak, in units of one micro-batch
+    through ALL of the device's layers.
+
+    GPipe holds every micro-batch. 1F1B: stage s (0-based) of S holds S - s (Narayanan et al.,
+    SC'21, §2.2). Interleaved 1F1B with V chunks: Megatron warms up 2·(S-s-1) + (V-1)·S chunk
+    passes and holds one more in steady state, each 1/V of the device's layers
+    (megatron/core/pipeline_parallel/schedules.py); for s = 0 that is S + (S-1)/V, Korthikanti §4.
+    """
+    if schedule == "gpipe":
+        return float(microbatches)
+    if schedule == "1f1b":
+        return float(min(stages - stage, microbatches))
+    if schedule == "interleaved":
+        chunks = 2 * (stages - stage - 1) + (virtual_stages - 1) * stages + 1
+        return min(chunks, microbatches * virtual_stages) / virtual_stages
+    raise ValueError(f"unknown schedule {schedule!r}; use 1f1b, gpipe or interleaved")

@@ -1,0 +1,180 @@
+"""Measured per-layer times that override the analytic compute model where present.
+
+Profile file format (CSV, one row per measurement; docs/cost-model.md has the details):
+
+    gpu,model,hidden_size,seq_len,layer_kind,micro_batch,tp,precision,fwd_ms,bwd_ms,update_ms,source
+
+- `gpu`: catalog name (aliases are resolved when the catalog knows them).
+- `model`: model name; rows also match any model with the same `hidden_size` and `seq_len`
+  when no row carries the model's own name.
+- `layer_kind`: `embedding`, `block` or `head` (the LayerGraph kinds).
+- `fwd_ms`, `bwd_ms`: one layer, one micro-batch of `micro_batch` sequences, on one GPU of a
+  TP group of `tp`, TP communication included (that is how frameworks measure them).
+- `update_ms`: optimizer step for the layer's parameters on one GPU (empty when unknown).
+Times between measured micro-batch sizes are interpolated linearly; outside, extrapolated
+from the two nearest sizes (never below proportional scaling from the nearest one).
+"""
+
+from __future__ import annotations
+
+import bisect
+import csv
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+__all__ = ["PROFILE_COLUMNS", "ProfileRow", "ProfileSet", "default_profiles", "normalize_model"]
+
+PROFILE_COLUMNS = ("gpu", "model", "hidden_size", "seq_len", "layer_kind", "micro_batch", "tp",
+                   "precision", "fwd_ms", "bwd_ms", "update_ms", "source")
+
+_DIR = Path(__file__).parent / "profiles"
+
+
+def normalize_model(name: str) -> str:
+    """`OPT-350M`, `opt_350m` and `opt350m` all become `opt350m`."""
+    return re.sub(r"[^a-z0-9.]", "", name.lower())
+
+
+def _canonical_gpu(name: str) -> str:
+    try:
+        from cost_models.catalog import get_gpu
+    except ImportError:
+        return name
+    try:
+        return get_gpu(name).name
+    except Exception:  # an unknown name stays as written; it then matches nothing
+        return name
+
+
+@dataclass(frozen=True, slots=True)
+class ProfileRow:
+    gpu: str
+    model: str
+    hidden_size: int
+    seq_len: int
+    layer_kind: str
+    micro_batch: int
+    tp: int
+    precision: str
+    fwd_ms: float
+    bwd_ms: float
+    update_ms: float | None
+    source: str
+
+
+@dataclass(slots=True)
+class _Curve:
+    mbs: list[int] = field(default_factory=list)
+    fwd: list[float] = field(default_factory=list)
+    bwd: list[float] = field(default_factory=list)
+    upd: list[float | None] = field(default_factory=list)
+
+    def add(self, r: ProfileRow) -> None:
+        i = bisect.bisect_left(self.mbs, r.micro_batch)
+        if i < len(self.mbs) and self.mbs[i] == r.micro_batch:
+            raise ValueError(f"two profile rows for {r.gpu} {r.model} {r.layer_kind} "
+                             f"tp={r.tp} micro_batch={r.micro_batch}")
+        self.mbs.insert(i, r.micro_batch)
+        self.fwd.insert(i, r.fwd_ms)
+        self.bwd.insert(i, r.bwd_ms)
+        self.upd.insert(i, r.update_ms)
+
+    def at(self, mb: int) -> tuple[float, float, float | None]:
+        upd = [u for u in self.upd if u is not None]
+        update = sum(upd) / len(upd) if upd else None  # the step does not depend on micro-batch
+        return _interp(self.mbs, self.fwd, mb), _interp(self.mbs, self.bwd, mb), update
+
+
+def _interp(xs: list[int], ys: list[float], x: int) -> float:
+    if len(xs) == 1:
+        return ys[0] * x / xs[0]
+    i = bisect.bisect_left(xs, x)
+    if i < len(xs) and xs[i] == x:
+        return ys[i]
+    if i == 0:
+        j, k = 0, 1
+    elif i == len(xs):
+        j, k = len(xs) - 2, len(xs) - 1
+    else:
+        j, k = i - 1, i
+    y = ys[j] + (ys[k] - ys[j]) * (x - xs[j]) / (xs[k] - xs[j])
+    near = 0 if i == 0 else (len(xs) - 1 if i == len(xs) else None)
+    if near is not None:
+        y = max(y, ys[near] * x / xs[near])
+    return y
+
+
+class ProfileSet:
+    """Measured layer times, looked up by (GPU, model, layer kind, TP, precision, micro-batch)."""
+
+    def __init__(self, rows: Iterable[ProfileRow] = ()) -> None:
+        self._by_name: dict[tuple[str, str, str, int, str], _Curve] = {}
+        self._by_shape: dict[tuple[str, int, int, str, int, str], _Curve] = {}
+        self._names: set[str] = set()
+        self.rows: list[ProfileRow] = []
+        for r in rows:
+            self.add(r)
+
+    def add(self, r: ProfileRow) -> None:
+        gpu = _canonical_gpu(r.gpu)
+        model = normalize_model(r.model)
+        self._by_name.setdefault((gpu, model, r.layer_kind, r.tp, r.precision), _Curve()).add(r)
+        key = (gpu, r.hidden_size, r.seq_len, r.layer_kind, r.tp, r.precision)
+        self._by_shape.setdefault(key, _Curve()).add(r)
+        self._names.add(model)
+        self.rows.append(r)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def lookup(self, gpu: str, model: str, hidden_size: int, seq_len: int, layer_kind: str,
+               tp: int, precision: str,
+               micro_batch: int) -> tuple[float, float, float | None] | None:
+        """(fwd_ms, bwd_ms, update_ms or None) for one layer, or None when nothing matches."""
+        name = normalize_model(model)
+        if name in self._names:
+            curve = self._by_name.get((gpu, name, layer_kind, tp, precision))
+        else:
+            curve = self._by_shape.get((gpu, hidden_size, seq_len, layer_kind, tp, precision))
+        return None if curve is None else curve.at(micro_batch)
+
+    @classmethod
+    def load(cls, paths: Iterable[str | Path]) -> ProfileSet:
+        return cls(row for p in paths for row in read_profile_csv(p))
+
+
+def read_profile_csv(path: str | Path) -> list[ProfileRow]:
+    """Rows of one profile file; raises ValueError naming the file, line and column."""
+    p = Path(path)
+    rows: list[ProfileRow] = []
+    with p.open(newline="") as fh:
+        reader = csv.DictReader(fh)
+        missing = [c for c in PROFILE_COLUMNS if c not in (reader.fieldnames or [])]
+        if missing:
+            raise ValueError(f"{p}: missing profile columns {missing}; expected {PROFILE_COLUMNS}")
+        for line, rec in enumerate(reader, start=2):
+            try:
+                upd = rec["update_ms"].strip()
+                rows.append(ProfileRow(
+                    gpu=rec["gpu"], model=rec["model"], hidden_size=int(rec["hidden_size"]),
+                    seq_len=int(rec["seq_len"]), layer_kind=rec["layer_kind"],
+                    micro_batch=int(rec["micro_batch"]), tp=int(rec["tp"]),
+                    precision=rec["precision"], fwd_ms=float(rec["fwd_ms"]),
+                    bwd_ms=float(rec["bwd_ms"]), update_ms=float(upd) if upd else None,
+                    source=rec["source"]))
+            except (TypeError, ValueError) as exc:
+                raise ValueError(f"{p}: line {line}: {exc}") from None
+    return rows
+
+
+_DEFAULT: ProfileSet | None = None
+
+
+def default_profiles() -> ProfileSet:
+    """Every profile file shipped in cost_models/profiles/ (loaded once)."""
+    global _DEFAULT
+    if _DEFAULT is None:
+        _DEFAULT = ProfileSet.load(sorted(_DIR.glob("*.csv")))
+    return _DEFAULT

@@ -1,0 +1,240 @@
+"""`estimate(model, cluster, plan) -> Estimate`: time, throughput, MFU, cost and memory of a plan.
+
+Per pipeline: each chunk's forward/backward from `stage_cost` on its GPU type and TP degree,
+p2p between consecutive chunks over the link their nodes share, the schedule simulated by
+`planner.simulate`. Then the data-parallel gradient all-reduce: per layer, a ring over the GPUs
+that hold the same shard of it in every pipeline (heterogeneous DP allowed), over the slowest
+link of the ring, NOT overlapped with the backward (DeepSpeed's pipeline engine and Megatron
+without --overlap-grad-reduce reduce after the flush); then the Adam step (sharded under ZeRO-1).
+Iteration time = the slowest pipeline + the slowest device's sync and step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from cost_models.compute import peak_tflops
+from cost_models.memory import inflight_microbatches
+from cost_models.profiles import ProfileSet
+from planner.cluster.model import Cluster, Node
+from planner.errors import SpecError
+from planner.estimate.links import p2p_time_s, ring_time_s
+from planner.estimate.resolve import resolve_cluster, resolve_model
+from planner.estimate.result import Estimate, StageEstimate
+from planner.estimate.stage_cost import StageCost, stage_cost, stage_peak_memory_gib
+from planner.graph.layers import LayerGraph
+from planner.plan.schema import Plan
+from planner.simulate import StageTiming, simulate
+
+__all__ = ["estimate", "with_prediction"]
+
+
+@dataclass(frozen=True, slots=True)
+class _Device:
+    pipeline: int
+    index: int
+    node: Node
+    tp: int
+    chunks: tuple[int, ...]
+    costs: tuple[StageCost, ...]
+
+
+def estimate(model: Any, cluster: Cluster | None, plan: Plan, *,
+             profiles: ProfileSet | None = None) -> Estimate:
+    """Predict one training iteration of `plan`. `model`/`cluster` may be None when the plan
+    embeds them; `profiles` defaults to the shipped profile files (`ProfileSet()`: analytic)."""
+    graph, precision = resolve_model(model, plan)
+    cluster = resolve_cluster(cluster, plan)
+    if plan.num_layers != len(graph.layers):
+        raise SpecError("plan", "pipelines", f"stages cover {plan.num_layers} layers but model "
+                        f"{graph.name} has {len(graph.layers)} (embedding + blocks + head)")
+    nodes = {n.name: n for n in cluster.nodes}
+    rank_node: dict[int, Node] = {}
+    for r in plan.ranks:
+        node = nodes.get(r.node)
+        if node is None:
+            raise SpecError("plan", "ranks", f"rank {r.rank} is on node {r.node!r}, which cluster "
+                            f"{cluster.name} lacks (nodes: {', '.join(list(nodes)[:6])}...)")
+        if r.local_rank >= node.group.gpus_per_node:
+            raise SpecError("plan", "ranks", f"rank {r.rank}: local_rank {r.local_rank} but node "
+                            f"{r.node} has {node.group.gpus_per_node} GPUs")
+        rank_node[r.rank] = node
+    used_gpus: dict[str, int] = {}
+    for node in rank_node.values():
+        used_gpus[node.name] = used_gpus.get(node.name, 0) + 1
+    latency_s = cluster.latency_us * 1e-6
+    v = plan.virtual_stages
+    mb = plan.micro_batch_size
+
+    devices: list[list[_Device]] = []
+    sends: list[list[float]] = []
+    for p, pipe in enumerate(plan.pipelines):
+        s_count = len(pipe.stages) // v
+        costs: list[StageCost] = []
+        chunk_nodes: list[Node] = []
+        for j, st in enumerate(pipe.stages):
+            node = rank_node[st.ranks[0]]
+            gpu = node.group.gpu
+            if st.gpu != gpu.name:
+                raise SpecError("plan", f"pipelines.{p}.stages.{j}.gpu", f"says {st.gpu} but its "
+                                f"ranks are on node {node.name} with {gpu.name}")
+            costs.append(stage_cost(
+                graph, st.layers[0], st.layers[1], gpu, st.tp, mb, st.recompute,
+                precision=precision, sequence_parallel=plan.sequence_parallel,
+                intra_node_gb_per_s=node.group.intra_node_gb_per_s,
+                intra_node_link=node.group.intra_node, profiles=profiles))
+            chunk_nodes.append(node)
+        sends.append([
+            p2p_time_s(costs[j].p2p_bytes, chunk_nodes[j], pipe.stages[j].tp, chunk_nodes[j + 1],
+                       latency_s) if j + 1 < len(costs) else 0.0
+            for j in range(len(costs))])
+        devices.append([
+            _Device(p, d, chunk_nodes[d], pipe.stages[d].tp,
+                    tuple(range(d, len(costs), s_count)),
+                    tuple(costs[j] for j in range(d, len(costs), s_count)))
+            for d in range(s_count)])
+
+    sync = _dp_sync_s(graph, plan, devices, rank_node, used_gpus, latency_s)
+    n_pipes = len(plan.pipelines)
+    shard = n_pipes if plan.zero1 else 1
+    timelines = []
+    stage_rows: list[StageEstimate] = []
+    problems: list[str] = []
+    tail = 0.0
+    pipeline_s = 0.0
+    worst_sync = worst_opt = 0.0
+    for p, pipe in enumerate(plan.pipelines):
+        devs = devices[p]
+        chunks = [StageTiming(fwd_s=c.fwd_s, bwd_s=c.bwd_s, send_s=sends[p][j],
+                              device=j % len(devs))
+                  for j, c in enumerate(c for c in _chunk_costs(devs))]
+        opt = [sum(c.optimizer_step_s for c in d.costs) / shard for d in devs]
+        try:
+            tl = simulate(chunks, pipe.microbatches, plan.schedule, v,
+                          dp_sync_s=sync[p], optimizer_s=opt, detail=False)
+        except ValueError as exc:
+            raise SpecError("plan", f"pipelines.{p}", str(exc)) from None
+        timelines.append(tl)
+        pipeline_s = max(pipeline_s, tl.pipeline_s)
+        for d in devs:
+            tail = max(tail, sync[p][d.index] + opt[d.index])
+            worst_sync = max(worst_sync, sync[p][d.index])
+            worst_opt = max(worst_opt, opt[d.index])
+            row, problem = _stage_row(plan, d, tl.max_inflight[d.index], len(devs), shard)
+            stage_rows.append(row)
+            if problem:
+                problems.append(problem)
+    iteration_s = pipeline_s + tail
+    return _summarise(graph, precision, plan, rank_node, iteration_s, stage_rows, problems,
+                      timelines, worst_sync, worst_opt)
+
+
+def _chunk_costs(devs: list[_Device]) -> list[StageCost]:
+    """Chunk costs back in layer order (chunk j lives on device j % S)."""
+    out: dict[int, StageCost] = {}
+    for d in devs:
+        for j, c in zip(d.chunks, d.costs, strict=True):
+            out[j] = c
+    return [out[j] for j in sorted(out)]
+
+
+def _dp_sync_s(graph: LayerGraph, plan: Plan, devices: list[list[_Device]],
+               rank_node: dict[int, Node], used_gpus: dict[str, int],
+               latency_s: float) -> list[list[float]]:
+    """Per pipeline, per device: time to all-reduce its gradients with the other pipelines."""
+    n_pipes = len(plan.pipelines)
+    out = [[0.0] * len(devs) for devs in devices]
+    if n_pipes == 1:
+        return out
+    grad_bytes = graph.dtype_bytes
+    holder: list[list[int]] = []  # per pipeline: layer -> device index
+    for p, pipe in enumerate(plan.pipelines):
+        s_count = len(devices[p])
+        row = [0] * len(graph.layers)
+        for j, st in enumerate(pipe.stages):
+            for layer in range(st.layers[0], st.layers[1]):
+                row[layer] = j % s_count
+        holder.append(row)
+    for li, layer in enumerate(graph.layers):
+        if layer.params == 0:
+            continue
+        ds = [devices[p][holder[p][li]] for p in range(n_pipes)]
+        min_tp = min(d.tp for d in ds)
+        nbytes = layer.params * grad_bytes / min_tp
+        t = ring_time_s(nbytes, [d.node for d in ds], used_gpus, latency_s)
+        for p, d in enumerate(ds):
+            out[p][d.index] += t
+    return out
+
+
+def _stage_row(plan: Plan, d: _Device, max_inflight: int, s_count: int,
+               shard: int) -> tuple[StageEstimate, str | None]:
+    v = plan.virtual_stages
+    pipe = plan.pipelines[d.pipeline]
+    inflight = (max_inflight / v if max_inflight else
+                inflight_microbatches(plan.schedule, s_count, d.index, pipe.microbatches, v))
+    merged = StageCost(
+        fwd_s=sum(c.fwd_s for c in d.costs), bwd_s=sum(c.bwd_s for c in d.costs),
+        bwd_weight_s=sum(c.bwd_weight_s for c in d.costs),
+        params_per_gpu=sum(c.params_per_gpu for c in d.costs),
+        static_bytes_per_gpu=sum(c.static_bytes_per_gpu for c in d.costs),
+        optimizer_bytes_per_gpu=sum(c.optimizer_bytes_per_gpu for c in d.costs),
+        activation_bytes_per_microbatch=sum(c.activation_bytes_per_microbatch for c in d.costs),
+        p2p_bytes=d.costs[-1].p2p_bytes,
+        optimizer_step_s=sum(c.optimizer_step_s for c in d.costs),
+        recompute_transient_bytes=max(c.recompute_transient_bytes for c in d.costs))
+    peak = stage_peak_memory_gib(merged, inflight, shard)
+    gpu = d.node.group.gpu
+    stages = pipe.stages
+    first, last = stages[d.chunks[0]], stages[d.chunks[-1]]
+    row = StageEstimate(pipeline=d.pipeline, stage=d.index, gpu=gpu.name, tp=d.tp,
+                        layers=(first.layers[0], last.layers[1]), fwd_ms=merged.fwd_s * 1e3,
+                        bwd_ms=merged.bwd_s * 1e3, peak_memory_gib=peak,
+                        memory_capacity_gib=gpu.memory_gib)
+    problem = None
+    if peak > gpu.memory_gib:
+        problem = (f"pipeline {d.pipeline} stage {d.index} ({gpu.name}): needs {peak:.1f} GiB "
+                   f"per GPU; {gpu.name} has {gpu.memory_gib:.1f} GiB")
+    return row, problem
+
+
+def _summarise(graph: LayerGraph, precision: str, plan: Plan, rank_node: dict[int, Node],
+               iteration_s: float, stages: list[StageEstimate], problems: list[str],
+               timelines: list, sync_s: float, opt_s: float) -> Estimate:
+    tokens = plan.global_batch_size * graph.seq_len
+    tokens_per_s = tokens / iteration_s
+    peak = 0.0
+    price: float | None = 0.0
+    for node in rank_node.values():
+        peak += peak_tflops(node.group.gpu, precision) * 1e12
+        pg = node.group.price_per_gpu_hour
+        price = None if price is None or pg is None else price + pg
+    model_flops = graph.train_flops * plan.global_batch_size
+    mfu = model_flops / iteration_s / peak if peak > 0 else 0.0
+    per_m = None if price is None else price / (tokens_per_s * 3600 / 1e6)
+    busy = sum(sum(t.busy_s) for t in timelines)
+    span = sum(t.pipeline_s * t.num_devices for t in timelines)
+    return Estimate(
+        iteration_time_s=iteration_s, tokens_per_s=tokens_per_s, mfu=mfu, usd_per_hour=price,
+        usd_per_million_tokens=per_m, stages=tuple(stages),
+        bubble_fraction=1.0 - busy / span if span > 0 else 0.0,
+        feasible=not problems, problems=tuple(problems), timeline=tuple(timelines),
+        dp_sync_s=sync_s, optimizer_s=opt_s)
+
+
+def with_prediction(plan: Plan, est: Estimate) -> Plan:
+    """A copy of `plan` with `predicted` filled from `est` (rounded: stable bytes on disk)."""
+    predicted = {
+        "iteration_time_s": round(est.iteration_time_s, 9),
+        "tokens_per_s": round(est.tokens_per_s, 6),
+        "mfu": round(est.mfu, 9),
+        "usd_per_hour": None if est.usd_per_hour is None else round(est.usd_per_hour, 6),
+        "usd_per_million_tokens": (None if est.usd_per_million_tokens is None
+                                   else round(est.usd_per_million_tokens, 9)),
+        "feasible": est.feasible,
+        "stages": [{"pipeline": s.pipeline, "stage": s.stage, "fwd_ms": round(s.fwd_ms, 6),
+                    "bwd_ms": round(s.bwd_ms, 6),
+                    "peak_memory_gib": round(s.peak_memory_gib, 6)} for s in est.stages],
+    }
+    return plan.model_copy(update={"predicted": predicted})

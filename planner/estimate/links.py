@@ -1,0 +1,72 @@
+"""Which link a message between ranks crosses: p2p between stages, DP gradient rings.
+
+Inside a node a GPU has its own intra-node link (NVLink or PCIe). Between nodes, the node's
+NIC (`inter_node_gbps`) is shared by the GPUs on it that talk at the same time; the slower
+end governs. Achievable fractions and latencies are in `cost_models.efficiency`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from cost_models.comm import Link, p2p_s, ring_allreduce_s
+from cost_models.efficiency import LINK_EFFICIENCY, LINK_LATENCY_S
+from planner.cluster.model import Node
+
+__all__ = ["intra_link", "nic_link", "p2p_time_s", "ring_time_s"]
+
+
+def intra_link(node: Node) -> Link:
+    g = node.group
+    kind = g.intra_node if g.intra_node in LINK_EFFICIENCY else "pcie"
+    return Link(g.intra_node_gb_per_s * LINK_EFFICIENCY[kind], LINK_LATENCY_S[kind])
+
+
+def nic_link(node: Node, share: float, latency_s: float) -> Link:
+    """`share` of the node's NIC (0 < share <= 1), as GB/s one stream achieves."""
+    gb_per_s = node.group.inter_node_gbps / 8 * LINK_EFFICIENCY["network"] * share
+    return Link(gb_per_s, latency_s)
+
+
+def p2p_time_s(nbytes: float, src: Node, src_tp: int, dst: Node, latency_s: float) -> float:
+    """One micro-batch's activation from a stage on `src` to the next on `dst`.
+
+    Each of the sender's TP ranks sends 1/tp of the tensor (Megatron scatter-gather). Between
+    nodes every GPU of a node sends at once under data parallelism, so each gets
+    1/gpus_per_node of its NIC.
+    """
+    if nbytes <= 0:
+        return 0.0
+    part = nbytes / src_tp
+    if src.name == dst.name:
+        return p2p_s(part, intra_link(src))
+    a = nic_link(src, 1 / src.group.gpus_per_node, latency_s)
+    b = nic_link(dst, 1 / dst.group.gpus_per_node, latency_s)
+    return p2p_s(part, a.slower(b))
+
+
+def ring_time_s(nbytes: float, members: Sequence[Node], used_gpus: dict[str, int],
+                latency_s: float) -> float:
+    """Ring all-reduce of `nbytes` over one GPU on each of `members` (a node may repeat).
+
+    On one node: the intra-node link. Across nodes the ring leaves and enters each node once,
+    so a node's NIC carries the whole ring's traffic; the NIC is split between the concurrent
+    rings of that node: (this ring's GPUs on the node) / (GPUs in use on the node).
+    """
+    n = len(members)
+    if n <= 1 or nbytes <= 0:
+        return 0.0
+    names = [m.name for m in members]
+    if len(set(names)) == 1:
+        return ring_allreduce_s(nbytes, n, intra_link(members[0]))
+    counts: dict[str, int] = {}
+    for name in names:
+        counts[name] = counts.get(name, 0) + 1
+    seen: dict[str, Node] = {m.name: m for m in members}
+    link: Link | None = None
+    for name, node in seen.items():
+        share = counts[name] / max(used_gpus.get(name, counts[name]), counts[name])
+        nl = nic_link(node, share, latency_s)
+        link = nl if link is None else link.slower(nl)
+    assert link is not None
+    return ring_allreduce_s(nbytes, n, link)

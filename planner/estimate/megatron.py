@@ -1,0 +1,114 @@
+"""`megatron_plan`: the plan a Megatron-style config (tp, pp, dp, micro-batch) describes.
+
+Ranks follow the cluster file's node order in Megatron's order: TP fastest, then DP, then PP,
+so stage s holds ranks [s·dp·tp, (s+1)·dp·tp) and pipeline d's stage s the TP group
+[s·dp·tp + d·tp, s·dp·tp + (d+1)·tp). The plan uses the first tp·pp·dp GPU slots.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from planner.cluster.model import Cluster
+from planner.errors import HetplanError, SpecError
+from planner.estimate.resolve import resolve_model
+from planner.plan.schema import Pipeline, Plan, RankInfo, Stage
+
+__all__ = ["even_split", "megatron_plan"]
+
+
+def even_split(num_layers: int, chunks: int) -> list[int]:
+    """Layers per chunk: the L blocks as even as possible (extra blocks to the middle chunks),
+    the embedding on the first chunk and the head on the last."""
+    blocks = num_layers - 2
+    if chunks < 1 or blocks < chunks:
+        raise HetplanError(f"{blocks} transformer blocks cannot fill {chunks} pipeline chunks; "
+                           "use fewer stages or virtual stages")
+    base, extra = divmod(blocks, chunks)
+    counts = [base] * chunks
+    order = list(range(1, chunks - 1)) + [0, chunks - 1] if chunks > 2 else list(range(chunks))
+    for i in order[:extra]:
+        counts[i] += 1
+    counts[0] += 1
+    counts[-1] += 1
+    return counts
+
+
+def _spec_dict(model: Any) -> dict[str, Any] | None:
+    spec = getattr(model, "spec", None)
+    if spec is None:
+        return None
+    return spec.model_dump(mode="json") if hasattr(spec, "model_dump") else dict(spec)
+
+
+def megatron_plan(model: Any, cluster: Cluster, *, tp: int, pp: int, dp: int, micro_batch: int,
+                  global_batch: int, recompute: str = "none", sequence_parallel: bool = False,
+                  schedule: str = "1f1b", virtual_stages: int = 1,
+                  layers_per_stage: Sequence[int] | None = None, zero1: bool = False) -> Plan:
+    """Build the plan for a Megatron-style config over `cluster`'s nodes (see module doc)."""
+    graph, _ = resolve_model(model)
+    for name, value in (("tp", tp), ("pp", pp), ("dp", dp), ("micro_batch", micro_batch),
+                        ("global_batch", global_batch), ("virtual_stages", virtual_stages)):
+        if value < 1:
+            raise HetplanError(f"--{name.replace('_', '-')} must be >= 1, got {value}")
+    if virtual_stages > 1 and schedule != "interleaved":
+        raise HetplanError(f"--virtual-stages {virtual_stages} needs --schedule interleaved")
+    world = tp * pp * dp
+    slots = [(node.name, local) for node in cluster.nodes
+             for local in range(node.group.gpus_per_node)]
+    if world > len(slots):
+        raise HetplanError(f"tp ({tp}) × pp ({pp}) × dp ({dp}) = {world} GPUs but cluster "
+                           f"{cluster.name} has {len(slots)}")
+    per_pipe, rem = divmod(global_batch, dp * micro_batch)
+    if rem or per_pipe < 1:
+        raise HetplanError(f"global batch {global_batch} is not a multiple of dp ({dp}) × "
+                           f"micro-batch ({micro_batch}) = {dp * micro_batch}")
+    chunks = pp * virtual_stages
+    n_layers = len(graph.layers)
+    if layers_per_stage is None:
+        counts = even_split(n_layers, chunks)
+    else:
+        counts = list(layers_per_stage)
+        if len(counts) != chunks or any(c < 1 for c in counts) or sum(counts) != n_layers:
+            raise HetplanError(
+                f"--layers-per-stage {','.join(map(str, counts))}: need {chunks} positive counts "
+                f"(pp {pp} × virtual stages {virtual_stages}) summing to {n_layers} layers "
+                f"(embedding + {n_layers - 2} blocks + head); they sum to {sum(counts)}")
+    bounds = [0]
+    for c in counts:
+        bounds.append(bounds[-1] + c)
+    too_wide = [layer for layer in graph.layers if layer.max_tp < tp]
+    if too_wide:
+        raise HetplanError(f"tp {tp} does not fit layer {too_wide[0].name} (its shapes allow tp "
+                           f"up to {too_wide[0].max_tp}); pick a smaller --tp")
+    group_gpu = {node.name: node.group.gpu.name for node in cluster.nodes}
+    pipelines = []
+    for d in range(dp):
+        stages = []
+        for j in range(chunks):
+            s = j % pp
+            ranks = tuple(s * dp * tp + d * tp + k for k in range(tp))
+            node_names = {slots[r][0] for r in ranks}
+            if len(node_names) > 1:
+                raise HetplanError(f"TP group of pipeline {d} stage {s} (ranks {ranks[0]}-"
+                                   f"{ranks[-1]}) spans nodes {sorted(node_names)}; pick a --tp "
+                                   "that divides the GPUs per node")
+            stages.append(Stage(layers=(bounds[j], bounds[j + 1]),
+                                gpu=group_gpu[slots[ranks[0]][0]], tp=tp, ranks=ranks,
+                                recompute=recompute))
+        pipelines.append(Pipeline(microbatches=per_pipe, stages=tuple(stages)))
+    ranks_table = tuple(RankInfo(rank=r, node=slots[r][0], local_rank=slots[r][1])
+                        for r in range(world))
+    data = {
+        "model": _spec_dict(model), "cluster": dict(cluster.spec) if cluster.spec else None,
+        "global_batch_size": global_batch, "micro_batch_size": micro_batch,
+        "schedule": schedule, "virtual_stages": virtual_stages,
+        "sequence_parallel": sequence_parallel, "zero1": zero1,
+        "pipelines": [p.model_dump() for p in pipelines],
+        "ranks": [r.model_dump() for r in ranks_table],
+    }
+    try:
+        return Plan.from_dict(data, where="megatron plan")
+    except SpecError as exc:
+        raise HetplanError(str(exc)) from None

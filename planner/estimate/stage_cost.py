@@ -1,0 +1,222 @@
+"""Cost of one device group (a TP group) running a contiguous range of layers.
+
+`layer_cost_table` turns a LayerGraph into per-layer cost arrays for one (GPU type, TP,
+micro-batch, recompute, precision, sequence parallelism, intra-node link) combination, with
+prefix sums, and caches them: `stage_cost` over any layer range is then O(1). The search
+calls it for many combinations; the estimate for every stage of a plan.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from itertools import accumulate
+
+from cost_models.comm import Link, allreduce_s
+from cost_models.compute import LayerWork, adam_step_s, gemm_s, layer_compute_s, memory_s
+from cost_models.efficiency import KERNELS_PER_BLOCK_FWD, LINK_EFFICIENCY, LINK_LATENCY_S
+from cost_models.gpu import GpuSpec
+from cost_models.memory import (
+    FRAMEWORK_OVERHEAD_GIB,
+    GIB,
+    activation_bytes_per_gpu,
+    optimizer_bytes_per_param,
+    state_bytes_per_param,
+)
+from cost_models.profiles import ProfileSet, default_profiles
+from planner.graph.layers import Layer, LayerGraph
+
+__all__ = ["LayerCostTable", "StageCost", "layer_cost_table", "stage_cost",
+           "stage_peak_memory_gib"]
+
+_KERNELS = {"embedding": 4, "block": KERNELS_PER_BLOCK_FWD, "head": 10,
+            "other": KERNELS_PER_BLOCK_FWD}
+
+
+@dataclass(frozen=True, slots=True)
+class StageCost:
+    """One device group (TP group) running layers [start, end) for ONE micro-batch."""
+
+    fwd_s: float
+    """Forward compute + TP communication."""
+    bwd_s: float
+    """Backward (activation + weight gradients) + recomputation + TP communication."""
+    bwd_weight_s: float
+    """The weight-gradient part of `bwd_s` (zero-bubble style accounting)."""
+    params_per_gpu: int
+    static_bytes_per_gpu: float
+    """Weights + gradients + optimizer state on one GPU, before ZeRO-1 sharding."""
+    optimizer_bytes_per_gpu: float
+    """The part of `static_bytes_per_gpu` that ZeRO-1 shards over DP."""
+    activation_bytes_per_microbatch: float
+    """Activations one in-flight micro-batch holds on one GPU of the group."""
+    p2p_bytes: float
+    """The activation sent to the next stage per micro-batch: the WHOLE tensor (all TP ranks
+    together); each TP rank sends 1/tp of it (Megatron's scatter-gather p2p)."""
+    optimizer_step_s: float
+    """Adam step for this GPU's parameters (memory-bound), unsharded."""
+    recompute_transient_bytes: float = 0.0
+    """Extra bytes the backward of one recomputed layer needs at once (0 without recompute)."""
+
+
+@dataclass(frozen=True, slots=True)
+class LayerCostTable:
+    """Prefix sums (length L+1) of per-layer costs for one configuration."""
+
+    fwd_s: tuple[float, ...]
+    bwd_s: tuple[float, ...]
+    bwd_weight_s: tuple[float, ...]
+    params: tuple[float, ...]
+    activation_bytes: tuple[float, ...]
+    update_s: tuple[float, ...]
+    transient_bytes: tuple[float, ...]
+    """Per layer (not a prefix sum): the recompute transient of that layer."""
+    output_bytes: tuple[float, ...]
+    """Per layer (not a prefix sum): bytes of the layer's output for one micro-batch."""
+    state_bytes_per_param: float
+    optimizer_bytes_per_param: float
+
+    def stage(self, start: int, end: int) -> StageCost:
+        if not 0 <= start < end < len(self.fwd_s):
+            raise ValueError(f"layer range [{start}, {end}) is outside the graph's "
+                             f"{len(self.fwd_s) - 1} layers")
+        params = self.params[end] - self.params[start]
+        return StageCost(
+            fwd_s=self.fwd_s[end] - self.fwd_s[start],
+            bwd_s=self.bwd_s[end] - self.bwd_s[start],
+            bwd_weight_s=self.bwd_weight_s[end] - self.bwd_weight_s[start],
+            params_per_gpu=round(params),
+            static_bytes_per_gpu=params * self.state_bytes_per_param,
+            optimizer_bytes_per_gpu=params * self.optimizer_bytes_per_param,
+            activation_bytes_per_microbatch=(self.activation_bytes[end]
+                                             - self.activation_bytes[start]),
+            p2p_bytes=self.output_bytes[end - 1],
+            optimizer_step_s=self.update_s[end] - self.update_s[start],
+            recompute_transient_bytes=max(self.transient_bytes[start:end]),
+        )
+
+
+def _intra_link(gpu: GpuSpec, gb_per_s: float | None, kind: str | None) -> Link:
+    kind = kind or gpu.intra_node_link
+    bw = gpu.intra_node_gb_per_s if gb_per_s is None else gb_per_s
+    kind = kind if kind in LINK_EFFICIENCY else "pcie"
+    return Link(bw * LINK_EFFICIENCY[kind], LINK_LATENCY_S[kind])
+
+
+def _layer_costs(layer: Layer, graph: LayerGraph, gpu: GpuSpec, tp: int, mb: int,
+                 recompute: str, precision: str, sp: bool, link: Link,
+                 profiles: ProfileSet) -> tuple[float, ...]:
+    """(fwd, bwd, bwd_weight, params/GPU, activation bytes/GPU, update, transient) of a layer."""
+    b, t = mb, tp
+    split = layer.kind in ("block", "head", "embedding") or layer.tp_allreduces_fwd > 0
+    ts = t if split else 1
+    params = layer.params / ts
+    mm_frac = layer.fwd_matmul_flops / layer.fwd_flops if layer.fwd_flops > 0 else 0.0
+    mem_share = 1 / t if sp else 0.5 + 0.5 / t
+    width = layer.matmul_dim / t if layer.kind in ("block", "other") else layer.matmul_dim
+    work = LayerWork(
+        fwd_matmul_flops=b * layer.fwd_matmul_flops / ts,
+        bwd_act_matmul_flops=b * layer.bwd_act_flops * mm_frac / ts,
+        bwd_weight_matmul_flops=b * layer.bwd_weight_flops * mm_frac / ts,
+        fwd_memory_bytes=b * layer.fwd_memory_bytes * mem_share,
+        gemm_width=max(width, 1.0),
+        kernels_fwd=_KERNELS.get(layer.kind, KERNELS_PER_BLOCK_FWD),
+    )
+    fwd, bwd_act, bwd_w = layer_compute_s(work, gpu, precision)
+    comm = layer.tp_allreduces_fwd * allreduce_s(b * layer.tp_allreduce_bytes, t, link)
+    update = adam_step_s(params, gpu)
+    prof = profiles.lookup(gpu.name, graph.name, layer.matmul_dim, graph.seq_len, layer.kind,
+                           t, precision, b) if len(profiles) else None
+    if prof is not None:
+        # Measured times already include the TP communication of the framework they came from.
+        w_share = bwd_w / (bwd_act + bwd_w) if bwd_act + bwd_w > 0 else 0.0
+        fwd, bwd = prof[0] / 1e3, prof[1] / 1e3
+        bwd_w = bwd * w_share
+        if prof[2] is not None:
+            update = prof[2] / 1e3
+    else:
+        fwd, bwd = fwd + comm, bwd_act + bwd_w + comm
+    # Recomputation re-runs work inside the backward pass.
+    if recompute == "full":
+        bwd += fwd
+    elif recompute == "selective" and layer.kind == "block":
+        attn_flops = min(4.0 * graph.seq_len * graph.seq_len * layer.matmul_dim,
+                         layer.fwd_matmul_flops)
+        dropped = layer.activation_bytes - layer.activation_bytes_selective
+        bwd += gemm_s(b * attn_flops / t, gpu, precision, max(layer.matmul_dim / t, 1.0))
+        bwd += memory_s(b * dropped / t, gpu)
+    rep_per_seq = 10.0 * graph.seq_len * layer.matmul_dim * graph.dtype_bytes / 2
+    saved = layer.saved_bytes(recompute)  # type: ignore[arg-type]
+    if recompute == "full" or layer.kind != "block":
+        rep_per_seq = saved if layer.kind == "block" else 0.0
+    act = activation_bytes_per_gpu(b * saved, b * rep_per_seq, t, sp) if split else b * saved
+    transient = 0.0
+    if recompute != "none":
+        transient = activation_bytes_per_gpu(
+            b * (layer.activation_bytes - saved), 0.0, t, sp)
+    return fwd, bwd, bwd_w, params, act, update, transient
+
+
+_CACHE: dict[tuple, tuple[LayerGraph, ProfileSet, LayerCostTable]] = {}
+_CACHE_MAX = 20_000
+
+
+def layer_cost_table(graph: LayerGraph, gpu: GpuSpec, tp: int, micro_batch: int,
+                     recompute: str, *, precision: str, sequence_parallel: bool = False,
+                     intra_node_gb_per_s: float | None = None, intra_node_link: str | None = None,
+                     profiles: ProfileSet | None = None) -> LayerCostTable:
+    """Per-layer cost prefix sums for one configuration (cached on the graph's identity)."""
+    if tp < 1 or micro_batch < 1:
+        raise ValueError(f"tp ({tp}) and micro_batch ({micro_batch}) must be >= 1")
+    if recompute not in ("none", "selective", "full"):
+        raise ValueError(f"recompute must be none, selective or full, got {recompute!r}")
+    profiles = default_profiles() if profiles is None else profiles
+    key = (id(graph), gpu.name, tp, micro_batch, recompute, precision, sequence_parallel,
+           intra_node_gb_per_s, intra_node_link, id(profiles))
+    hit = _CACHE.get(key)
+    if hit is not None and hit[0] is graph and hit[1] is profiles:
+        return hit[2]
+    link = _intra_link(gpu, intra_node_gb_per_s, intra_node_link)
+    cols = list(zip(*(_layer_costs(layer, graph, gpu, tp, micro_batch, recompute, precision,
+                                   sequence_parallel, link, profiles)
+                      for layer in graph.layers), strict=True))
+
+    def prefix(xs: tuple[float, ...]) -> tuple[float, ...]:
+        return (0.0, *accumulate(xs))
+
+    table = LayerCostTable(
+        fwd_s=prefix(cols[0]), bwd_s=prefix(cols[1]), bwd_weight_s=prefix(cols[2]),
+        params=prefix(cols[3]), activation_bytes=prefix(cols[4]), update_s=prefix(cols[5]),
+        transient_bytes=tuple(cols[6]),
+        output_bytes=tuple(micro_batch * layer.output_bytes for layer in graph.layers),
+        state_bytes_per_param=state_bytes_per_param(precision),
+        optimizer_bytes_per_param=optimizer_bytes_per_param(precision),
+    )
+    if len(_CACHE) >= _CACHE_MAX:
+        _CACHE.clear()
+    _CACHE[key] = (graph, profiles, table)
+    return table
+
+
+def stage_cost(graph: LayerGraph, start: int, end: int, gpu: GpuSpec, tp: int, micro_batch: int,
+               recompute: str, *, precision: str, sequence_parallel: bool = False,
+               intra_node_gb_per_s: float | None = None, intra_node_link: str | None = None,
+               profiles: ProfileSet | None = None) -> StageCost:
+    """Cost of layers [start, end) on a TP group of `tp` GPUs of type `gpu`, one micro-batch.
+
+    `intra_node_gb_per_s` / `intra_node_link` describe the TP group's link (default: the GPU's
+    usual one); `profiles` defaults to the shipped profile files (pass `ProfileSet()` for the
+    analytic model alone).
+    """
+    return layer_cost_table(
+        graph, gpu, tp, micro_batch, recompute, precision=precision,
+        sequence_parallel=sequence_parallel, intra_node_gb_per_s=intra_node_gb_per_s,
+        intra_node_link=intra_node_link, profiles=profiles).stage(start, end)
+
+
+def stage_peak_memory_gib(cost: StageCost, inflight_microbatches: float,
+                          zero1_dp: int = 1) -> float:
+    """Peak memory of one GPU of the stage: model state (optimizer sharded over `zero1_dp`),
+    activations of the in-flight micro-batches, recompute transient, framework overhead."""
+    state = cost.static_bytes_per_gpu - cost.optimizer_bytes_per_gpu * (1 - 1 / max(zero1_dp, 1))
+    act = cost.activation_bytes_per_microbatch * inflight_microbatches
+    return (state + act + cost.recompute_transient_bytes) / GIB + FRAMEWORK_OVERHEAD_GIB
