@@ -14,6 +14,7 @@ from planner.simulate import (
     simulate,
     uniform_bubble_fraction,
     uniform_makespan_s,
+    with_events,
 )
 
 
@@ -198,3 +199,15 @@ def test_refuses_bad_shapes() -> None:
         simulate(_uniform(2, 1), 2, "zb")
     with pytest.raises(ValueError, match="virtual_stages is 2"):
         simulate(_uniform(2, 2), 2, "1f1b", 2)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_with_events_redoes_a_numbers_only_run(seed: int) -> None:
+    chunks, m, schedule, v = _random_case(random.Random(300 + seed))
+    s_count = len(chunks) // v
+    tail = {"dp_sync_s": [0.1 * d for d in range(s_count)], "optimizer_s": [0.05] * s_count}
+    quick = simulate(chunks, m, schedule, v, detail=False, **tail)
+    full = simulate(chunks, m, schedule, v, **tail)
+    assert quick.events == () and quick.makespan_s == full.makespan_s
+    assert with_events(quick) == full
+    assert with_events(full) is full

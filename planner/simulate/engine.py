@@ -16,7 +16,7 @@ from planner.simulate.closed_form import uniform_makespan_s
 from planner.simulate.order import device_orders
 from planner.simulate.timeline import Event, StageTiming, Timeline
 
-__all__ = ["simulate"]
+__all__ = ["simulate", "with_events"]
 
 
 def simulate(chunks: Sequence[StageTiming], microbatches: int, schedule: str = "1f1b",
@@ -46,7 +46,7 @@ def simulate(chunks: Sequence[StageTiming], microbatches: int, schedule: str = "
     opt = _per_device(optimizer_s, s_count, "optimizer_s")
     orders = device_orders(s_count, v, microbatches, schedule)
     if not detail and not any(sync) and not any(opt) and _uniform(chunks):
-        return _closed_form(chunks[0], s_count, v, microbatches, schedule, orders)
+        return _closed_form(chunks, s_count, v, microbatches, schedule, orders, sync, opt)
 
     m = microbatches
     last = n_chunks - 1
@@ -143,7 +143,21 @@ def simulate(chunks: Sequence[StageTiming], microbatches: int, schedule: str = "
         num_chunks=n_chunks,
         microbatches=m,
         schedule=schedule,
+        virtual_stages=v,
+        chunks=tuple(chunks),
+        dp_sync_s=tuple(sync),
+        optimizer_s=tuple(opt),
     )
+
+
+def with_events(timeline: Timeline) -> Timeline:
+    """The same iteration with its events (for Gantt charts), re-simulated from its inputs
+    when it came from a `detail=False` run."""
+    if timeline.events or not timeline.chunks:
+        return timeline
+    return simulate(timeline.chunks, timeline.microbatches, timeline.schedule,
+                    timeline.virtual_stages, dp_sync_s=timeline.dp_sync_s or None,
+                    optimizer_s=timeline.optimizer_s or None)
 
 
 def _uniform(chunks: Sequence[StageTiming]) -> bool:
@@ -152,8 +166,10 @@ def _uniform(chunks: Sequence[StageTiming]) -> bool:
                for c in chunks)
 
 
-def _closed_form(chunk: StageTiming, s_count: int, v: int, m: int, schedule: str,
-                 orders: list[list[tuple[bool, int, int]]]) -> Timeline:
+def _closed_form(chunks: Sequence[StageTiming], s_count: int, v: int, m: int, schedule: str,
+                 orders: list[list[tuple[bool, int, int]]], sync: list[float],
+                 opt: list[float]) -> Timeline:
+    chunk = chunks[0]
     per_device_s = v * (chunk.fwd_s + chunk.bwd_s)
     pipeline_s = uniform_makespan_s(v * chunk.fwd_s, v * chunk.bwd_s, s_count, m, v)
     return Timeline(
@@ -167,6 +183,10 @@ def _closed_form(chunk: StageTiming, s_count: int, v: int, m: int, schedule: str
         num_chunks=s_count * v,
         microbatches=m,
         schedule=schedule,
+        virtual_stages=v,
+        chunks=tuple(chunks),
+        dp_sync_s=tuple(sync),
+        optimizer_s=tuple(opt),
     )
 
 

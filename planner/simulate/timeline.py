@@ -65,3 +65,8 @@ class Timeline:
     num_chunks: int = 0
     microbatches: int = 0
     schedule: str = "1f1b"
+    virtual_stages: int = 1
+    chunks: tuple[StageTiming, ...] = ()
+    """The inputs, so that `with_events` can redo a `detail=False` run with its events."""
+    dp_sync_s: tuple[float, ...] = ()
+    optimizer_s: tuple[float, ...] = ()
