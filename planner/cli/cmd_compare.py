@@ -1,0 +1,106 @@
+"""`hetplan compare MODEL CLUSTER... [--global-batch N] [--tokens T] [--json] [--plot out.png]`.
+
+Plans the model on each cluster (`planner.search.plan`, costed by `planner.estimate`) and ranks
+them by tokens/s, with cost per hour, per million tokens, and to train T tokens.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich import box
+from rich.table import Table
+
+from planner.cli.main import app
+from planner.cli.output import console, print_json
+
+__all__ = ["compare", "duration"]
+
+
+def duration(seconds: float | None) -> str:
+    """Human time: `3.2 h`, `12.5 days`."""
+    if seconds is None:
+        return "-"
+    for unit, size in (("days", 86400.0), ("h", 3600.0), ("min", 60.0)):
+        if seconds >= size:
+            return f"{seconds / size:,.1f} {unit}"
+    return f"{seconds:.1f} s"
+
+
+@app.command()
+def compare(
+    model: Annotated[str, typer.Argument(help="Model: zoo name, YAML or config.json.")],
+    clusters: Annotated[list[str], typer.Argument(help="Clusters: names or YAML files.")],
+    global_batch: Annotated[int | None, typer.Option(
+        "--global-batch", help="Sequences per iteration (default: the model file's).")] = None,
+    tokens: Annotated[str | None, typer.Option(
+        "--tokens", help="Tokens to train, for time and cost to train (e.g. 300B, 2e12).")] = None,
+    objective: Annotated[str, typer.Option(
+        "--objective", help="What each cluster's plan optimises: throughput | cost.")
+    ] = "throughput",
+    plot: Annotated[Path | None, typer.Option(
+        "--plot", help="Throughput vs $/h with the Pareto front (.png or .svg).")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+) -> None:
+    """Best plan of MODEL on each CLUSTER, ranked by throughput, with costs."""
+    import planner
+    from planner.report.compare import compare as run_compare
+    from planner.report.compare import parse_tokens
+    from planner.report.pareto import draw_pareto
+
+    train_tokens = parse_tokens(tokens) if tokens is not None else None
+    graph = planner.load_model(model)
+    loaded = []
+    for arg in clusters:
+        c = planner.load_cluster(arg)
+        name = c.name if c.name not in [n for n, _ in loaded] else arg
+        loaded.append((name, c))
+    rows = run_compare(graph, loaded, global_batch_size=global_batch, tokens=train_tokens,
+                       objective=objective)
+    if plot is not None:
+        ok = [r for r in rows if r.feasible]
+        draw_pareto([r.cluster for r in ok], [r.usd_per_hour for r in ok],
+                    [r.tokens_per_s or 0.0 for r in ok], plot, title=_model_name(graph, model))
+    if json_out:
+        print_json([r.to_dict() for r in rows])
+        return
+    console.print(_table(rows, _model_name(graph, model), train_tokens))
+    for r in rows:
+        if not r.feasible:
+            console.print(f"[yellow]{r.cluster}[/]: no plan: {r.problem}")
+    if plot is not None:
+        console.print(f"wrote {plot}")
+
+
+def _model_name(graph: Any, arg: str) -> str:
+    return str(getattr(graph, "name", None) or arg)
+
+
+def _table(rows: list[Any], model: str, train_tokens: float | None) -> Table:
+    title = f"{model}: best plan per cluster, fastest first"
+    table = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False)
+    cols = ["#", "cluster", "tokens/s", "iter s", "MFU", "$/h", "$/1M tok"]
+    if train_tokens:
+        cols += [f"time {train_tokens:.3g} tok", "cost"]
+    cols += ["GPUs used", "stages×DP"]
+    for c in cols:
+        table.add_column(c, justify="left" if c in ("cluster", "GPUs used") else "right")
+    for i, r in enumerate(rows, 1):
+        if not r.feasible:
+            table.add_row(str(i), r.cluster, "infeasible", *["-"] * (len(cols) - 3))
+            continue
+        cells = [str(i), r.cluster, f"{r.tokens_per_s:,.0f}", f"{r.iteration_time_s:.3f}",
+                 f"{r.mfu:.1%}", _money(r.usd_per_hour), _money(r.usd_per_million_tokens, 4)]
+        if train_tokens:
+            cells += [duration(r.train_time_s), _money(r.train_cost_usd, 0)]
+        used = ", ".join(f"{t} {n}/{r.gpus_available.get(t, 0)}"
+                         for t, n in r.gpus_used.items())
+        cells += [used, f"{r.stages}×{r.pipelines}"]
+        table.add_row(*cells)
+    return table
+
+
+def _money(value: float | None, digits: int = 2) -> str:
+    return "-" if value is None else f"${value:,.{digits}f}"

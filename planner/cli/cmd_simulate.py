@@ -1,0 +1,89 @@
+"""`hetplan simulate PLAN.json [--gantt out.png] [--svg out.svg] [--json]`: the pipeline schedule.
+
+Costs the plan with `planner.estimate` (the plan file embeds its model and cluster), simulates
+each pipeline's schedule with its events, prints per stage what it does and how idle it is, and
+draws the Gantt chart.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich import box
+from rich.table import Table
+
+from planner.cli.main import app
+from planner.cli.output import console, print_json
+
+__all__ = ["simulate", "simulate_plan"]
+
+
+def simulate_plan(plan_path: str | Path) -> tuple[Any, Any, tuple[Any, ...]]:
+    """(plan, estimate, timelines with events) for a plan file."""
+    from planner.estimate import estimate
+    from planner.plan import Plan
+    from planner.simulate import with_events
+
+    plan = Plan.load(plan_path)
+    est = estimate(None, None, plan)
+    timelines = est.timeline if isinstance(est.timeline, tuple) else (est.timeline,)
+    return plan, est, tuple(with_events(t) for t in timelines)
+
+
+@app.command()
+def simulate(
+    plan_file: Annotated[Path, typer.Argument(help="A plan JSON (from `hetplan plan -o`).")],
+    gantt: Annotated[Path | None, typer.Option(
+        "--gantt", help="Write the Gantt chart (.png or .svg).")] = None,
+    svg: Annotated[Path | None, typer.Option("--svg", help="Also write it as SVG.")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+) -> None:
+    """Simulate a plan's pipeline schedule: per-stage busy time, bubble, Gantt chart."""
+    from planner.report.gantt import draw_gantt
+    from planner.report.plan_view import stage_labels, timeline_to_dict
+
+    plan, est, timelines = simulate_plan(plan_file)
+    labels = stage_labels(plan)
+    title = f"{(plan.model or {}).get('name', 'model')} on {(plan.cluster or {}).get('name', '')}"
+    written = [draw_gantt(timelines, path, labels, title=title)
+               for path in (gantt, svg) if path is not None]
+    if json_out:
+        print_json({
+            "plan": str(plan_file),
+            "iteration_time_s": round(est.iteration_time_s, 9),
+            "bubble_fraction": round(est.bubble_fraction, 9),
+            "stages": labels,
+            "pipelines": [timeline_to_dict(t) for t in timelines],
+            "pictures": [str(p) for p in written],
+        })
+        return
+    console.print(_table(plan, est, timelines, labels, title))
+    for path in written:
+        console.print(f"wrote {path}")
+
+
+def _table(plan: Any, est: Any, timelines: tuple[Any, ...], labels: list[str],
+           title: str) -> Table:
+    table = Table(title=f"{title}: iteration {est.iteration_time_s * 1e3:.2f} ms, bubble "
+                  f"{est.bubble_fraction:.1%} ({plan.schedule}, micro-batch "
+                  f"{plan.micro_batch_size})", box=box.SIMPLE_HEAD, pad_edge=False)
+    for name, justify in (("stage", "left"), ("µbatches", "right"), ("fwd ms", "right"),
+                          ("bwd ms", "right"), ("busy", "right"), ("in flight", "right"),
+                          ("DP sync ms", "right"), ("step ms", "right"),
+                          ("memory GiB", "right")):
+        table.add_column(name, justify=justify, no_wrap=name == "stage")  # type: ignore[arg-type]
+    rows = iter(est.stages)
+    label = iter(labels)
+    for p, t in enumerate(timelines):
+        for d in range(t.num_devices):
+            st = next(rows)
+            table.add_row(
+                next(label), str(plan.pipelines[p].microbatches), f"{st.fwd_ms:.2f}",
+                f"{st.bwd_ms:.2f}", f"{t.busy_s[d] / t.makespan_s:.0%}",
+                str(t.max_inflight[d]) + (f"/{t.virtual_stages}" if t.virtual_stages > 1 else ""),
+                f"{t.dp_sync_s[d] * 1e3:.2f}" if t.dp_sync_s else "0",
+                f"{t.optimizer_s[d] * 1e3:.2f}" if t.optimizer_s else "0",
+                f"{st.peak_memory_gib:.1f}/{st.memory_capacity_gib:.0f}")
+    return table

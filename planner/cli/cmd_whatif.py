@@ -1,0 +1,77 @@
+"""`hetplan whatif MODEL CLUSTER --add "8 H100-SXM5-80GB" --remove v100 --price a100=1.2`.
+
+Plans the model on the cluster as it is and as edited (see `planner.report.scenario` for the
+edit syntax and defaults), and prints both side by side with the change in %.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich import box
+from rich.table import Table
+
+from planner.cli.main import app
+from planner.cli.output import console, print_json
+
+__all__ = ["whatif"]
+
+
+@app.command()
+def whatif(
+    model: Annotated[str, typer.Argument(help="Model: zoo name, YAML or config.json.")],
+    cluster: Annotated[str, typer.Argument(help="Cluster: name or YAML file.")],
+    add: Annotated[list[str] | None, typer.Option(
+        "--add", help='Add GPUs: "8 H100-SXM5-80GB" or "2x8 A100" (nodes x GPUs).')] = None,
+    remove: Annotated[list[str] | None, typer.Option(
+        "--remove", help="Remove a node group by name, or all groups of a GPU type.")] = None,
+    price: Annotated[list[str] | None, typer.Option(
+        "--price", help="Set USD per GPU-hour of a group or GPU type: a100=1.2.")] = None,
+    network_gbps: Annotated[float | None, typer.Option(
+        "--network-gbps", help="Node network (Gbit/s) of added groups.")] = None,
+    global_batch: Annotated[int | None, typer.Option(
+        "--global-batch", help="Sequences per iteration (default: the model file's).")] = None,
+    objective: Annotated[str, typer.Option(
+        "--objective", help="throughput | cost")] = "throughput",
+    json_out: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+) -> None:
+    """Plan before and after editing the cluster: what changes, and by how much."""
+    import planner
+    from planner.errors import HetplanError
+    from planner.report.whatif import whatif as run_whatif
+    from planner.report.whatif import whatif_lines
+
+    if not (add or remove or price):
+        raise HetplanError("whatif: nothing to change; give --add, --remove or --price "
+                           "(e.g. --add \"8 H100-SXM5-80GB\")")
+    graph = planner.load_model(model)
+    base = planner.load_cluster(cluster)
+    w = run_whatif(graph, base, add=add or (), remove=remove or (), price=price or (),
+                   network_gbps=network_gbps, global_batch_size=global_batch,
+                   objective=objective)
+    if json_out:
+        print_json(w.to_dict())
+        return
+    for line in w.edits:
+        console.print(f"• {line}")
+    table = Table(title=f"{getattr(graph, 'name', model)} on {base.name}: before → after",
+                  box=box.SIMPLE_HEAD, pad_edge=False)
+    for name in ("", "before", "after", "change"):
+        table.add_column(name, justify="left" if not name else "right")
+    for name, before, after, pct in whatif_lines(w):
+        change = "" if pct is None else f"{pct:+.1f}%"
+        style = ""
+        if pct and not name.endswith(" used"):  # more or fewer GPUs is neither good nor bad
+            style = "green" if _better(name, pct) else "red"
+        table.add_row(name, before, after, f"[{style}]{change}[/]" if style else change)
+    console.print(table)
+    d = w.to_dict()
+    console.print(f"before: {d['layout_before'] or w.before.problem}")
+    console.print(f"after:  {d['layout_after'] or w.after.problem}")
+
+
+def _better(metric: str, pct: float) -> bool:
+    # Lower is better for time and money; higher for throughput and utilisation.
+    lower = metric.startswith(("iteration", "$"))
+    return pct < 0 if lower else pct > 0
