@@ -124,7 +124,7 @@ def _entry(raw: Any, index: int, where: str) -> GpuSpec:
     for key in numeric:
         if key not in sources:
             raise fail(f"sources.{key}", "missing: every number needs its source")
-    for dtype in peaks:
+    for dtype in (d for d in DTYPES if d in peaks):
         if "peak_tflops" not in sources and f"peak_tflops.{dtype}" not in sources:
             raise fail(f"sources.peak_tflops.{dtype}", "missing: every number needs its source")
 
