@@ -114,7 +114,7 @@ def _explain(error: dict[str, Any], model: type[BaseModel], loc: tuple[Any, ...]
         return "must list at least one node group"
     for key, word in (("gt", ">"), ("ge", ">="), ("lt", "<"), ("le", "<=")):
         if key in ctx:
-            return f"must be {word} {ctx[key]}, got {shown}"
+            return f"must be {word} {ctx[key]:g}, got {shown}"
     return f"{error['msg']}, got {shown}"
 
 

@@ -22,9 +22,8 @@ def _mapping_without_duplicates(loader: _StrictLoader, node: yaml.MappingNode) -
     for key_node, _ in node.value:
         key = loader.construct_object(key_node, deep=True)
         if key in seen:
-            line = key_node.start_mark.line + 1
             raise yaml.constructor.ConstructorError(
-                None, None, f"key {key!r} appears twice (line {line})", key_node.start_mark
+                None, None, f"key {key!r} appears twice in one mapping", key_node.start_mark
             )
         seen.add(key)
     return loader.construct_mapping(node, deep=True)
