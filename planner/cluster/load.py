@@ -3,9 +3,14 @@
     cluster = load_cluster("configs/clusters/lab-mixed.yaml")   # or just "lab-mixed"
     same = cluster_from_dict(cluster.spec)                      # the spec round-trips
 
-Units: `inter_node_gbps` is the node's total network bandwidth in Gbit/s. The intra-node link
-bandwidth comes from the GPU catalog (per GPU, one direction, GB/s); override it with
-`intra_node_gb_per_s` (GB/s) or `intra_node_gbps` (Gbit/s), never both.
+Units: `inter_node_gbps` is the node's total network bandwidth in Gbit/s. `intra_node`
+(nvlink | pcie) defaults to the GPU's usual link in the catalog; its bandwidth comes from the
+catalog too (per GPU, one direction, GB/s) unless the file overrides it with
+`intra_node_gb_per_s` (GB/s) or `intra_node_gbps` (Gbit/s, divided by 8), never both.
+`price_per_gpu_hour` (USD) overrides the catalog's example price.
+
+`Cluster.spec` is the normalized file: canonical GPU names, every catalog value resolved, fixed
+key order, so a plan that embeds it needs neither the file nor this catalog version.
 
 Every mistake raises SpecError naming the file and the field: the CLI prints it as one line.
 """
