@@ -49,11 +49,21 @@ class Layer:
     tp_allreduce_bytes: float
     """Bytes each Megatron-TP all-reduce in the forward carries (0 if the layer is not split)."""
     tp_allreduces_fwd: int
-    """All-reduces per forward under Megatron TP (2 for a transformer block); backward has as many."""
+    """All-reduces per forward under Megatron TP (2 for a block); backward has as many."""
     max_tp: int
     """Largest TP degree the layer's shapes allow (heads, KV heads, FFN width divisibility)."""
     matmul_dim: int
     """Representative GEMM inner size (hidden size) for the size-dependent GEMM efficiency."""
+    fwd_attention_flops: float = 0.0
+    """The attention-core part of `fwd_matmul_flops` (q·kᵀ and p·v), counted non-causal;
+    a causal fused kernel does about half of it."""
+    tp_dims: tuple[int, ...] = ()
+    """Sizes a TP degree must divide (heads, KV heads, FFN width); empty: any degree up to
+    `max_tp` (the embedding and head split a vocabulary Megatron-style, padded)."""
+
+    def allows_tp(self, tp: int) -> bool:
+        """Whether a tensor-parallel degree `tp` splits this layer evenly."""
+        return 1 <= tp <= self.max_tp and all(dim % tp == 0 for dim in self.tp_dims)
 
     @property
     def bwd_flops(self) -> float:
@@ -84,7 +94,19 @@ class Layer:
             "tp_allreduce_bytes": self.tp_allreduce_bytes,
             "tp_allreduces_fwd": self.tp_allreduces_fwd,
             "max_tp": self.max_tp,
+            "matmul_dim": self.matmul_dim,
+            "fwd_matmul_flops": self.fwd_matmul_flops,
+            "fwd_attention_flops": self.fwd_attention_flops,
+            "fwd_memory_bytes": self.fwd_memory_bytes,
+            "tp_dims": list(self.tp_dims),
         }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Layer:
+        """Inverse of `to_dict` (the derived `bwd_flops` is ignored)."""
+        fields = {k: v for k, v in data.items() if k != "bwd_flops"}
+        fields["tp_dims"] = tuple(fields.get("tp_dims", ()))
+        return cls(**fields)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -124,5 +146,16 @@ class LayerGraph:
             "fwd_flops": self.fwd_flops,
             "bwd_flops": self.bwd_flops,
             "activation_bytes": sum(layer.activation_bytes for layer in self.layers),
+            "dtype_bytes": self.dtype_bytes,
             "layers": [layer.to_dict() for layer in self.layers],
         }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> LayerGraph:
+        """Inverse of `to_dict` (the op graph is not serialised and comes back empty)."""
+        return cls(
+            name=data["name"],
+            seq_len=data["seq_len"],
+            dtype_bytes=data["dtype_bytes"],
+            layers=tuple(Layer.from_dict(d) for d in data["layers"]),
+        )

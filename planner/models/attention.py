@@ -14,6 +14,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from planner.models.ops import dropout
+
 __all__ = ["Attention", "AttentionImpl", "CoreAttention", "apply_rope"]
 
 AttentionImpl = Literal["sdpa", "math"]
@@ -50,8 +52,7 @@ class CoreAttention(nn.Module):
         mask = torch.full((s, s), float("-inf"), device=q.device, dtype=q.dtype).triu(1)
         scores = torch.matmul(q, k.transpose(-2, -1)) * (1.0 / math.sqrt(q.shape[-1])) + mask
         probs = F.softmax(scores, dim=-1)
-        if p > 0.0:
-            probs = F.dropout(probs, p)
+        probs = dropout(probs, p, self.training)
         return torch.matmul(probs, v)
 
 

@@ -12,6 +12,7 @@ from torch import nn
 
 from planner.models.attention import Attention, AttentionImpl
 from planner.models.mlp import GeluMLP, SwiGLU
+from planner.models.ops import dropout
 
 __all__ = ["Block", "ChainModel", "Embedding", "Head", "loss_fn"]
 
@@ -30,9 +31,7 @@ class Embedding(nn.Module):
         x = self.tok(tokens)
         if self.pos is not None:
             x = x + self.pos(torch.arange(tokens.shape[1], device=tokens.device))
-        if self.dropout > 0.0:
-            x = F.dropout(x, self.dropout, self.training)
-        return x
+        return dropout(x, self.dropout, self.training)
 
 
 class Block(nn.Module):
@@ -57,7 +56,7 @@ class Block(nn.Module):
         self.out_init_std = 0.02 / (2 * num_layers) ** 0.5
 
     def _drop(self, x: torch.Tensor) -> torch.Tensor:
-        return F.dropout(x, self.dropout, self.training) if self.dropout > 0.0 else x
+        return dropout(x, self.dropout, self.training)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x + self._drop(self.attn(self.attn_norm(x)))

@@ -1,0 +1,166 @@
+"""Turn a ModelSpec (or a user's module) into a LayerGraph, measured on the meta device.
+
+Our GPT / Llama blocks all have the same shapes, so `extract` measures a one-block model
+(embedding, one block, head) and reuses the block's figures for every block; the op graph
+repeats the block's ops with each copy's chain index. That is what makes llama3-405b take
+well under a second. `from_module` measures every element of a user's module.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from functools import lru_cache
+from typing import Any
+
+import networkx as nx
+import torch
+from torch import nn
+
+from planner.errors import SpecError
+from planner.graph.layers import Layer, LayerGraph, LayerKind
+from planner.graph.measure import Recorder, RegionStats, measure_regions
+from planner.graph.spec import ModelSpec
+from planner.models import ChainModel, CoreAttention, build_model, loss_fn
+
+__all__ = ["dtype_bytes", "extract", "layer_graph_from_stats", "measure_chain_model",
+           "torch_dtype"]
+
+_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+
+
+def torch_dtype(precision: str) -> torch.dtype:
+    if precision not in _DTYPES:
+        raise SpecError("precision", None, f"unknown precision {precision!r}; use one of "
+                        f"{', '.join(_DTYPES)}")
+    return _DTYPES[precision]
+
+
+def dtype_bytes(precision: str) -> int:
+    """Bytes per element at a training precision: bf16/fp16 → 2, fp32 → 4."""
+    return torch_dtype(precision).itemsize
+
+
+def _chain_hooks(elements: Sequence[nn.Module]) -> Any:
+    def install(rec: Recorder) -> list[Any]:
+        handles = []
+        for i, element in enumerate(elements):
+            handles.append(element.register_forward_pre_hook(
+                lambda mod, args, i=i: rec.enter(i, args)))
+            handles.append(element.register_forward_hook(
+                lambda mod, args, out, i=i: rec.leave(i, out)))
+        return handles
+    return install
+
+
+def measure_chain_model(model: ChainModel, seq_len: int) -> list[RegionStats]:
+    """Measure each element of `model` for one sequence, the head including the loss."""
+    device = next(model.parameters()).device
+    tokens = torch.zeros(1, seq_len, dtype=torch.long, device=device)
+    elements = model.chain()
+    cores = [m for m in model.modules() if isinstance(m, CoreAttention) and m.impl == "math"]
+    return measure_regions(
+        lambda: loss_fn(model(tokens), tokens),
+        _chain_hooks(elements),
+        len(elements),
+        list(model.parameters()),
+        cores,
+    )
+
+
+def _kind(index: int, last: int) -> LayerKind:
+    return "embedding" if index == 0 else "head" if index == last else "block"
+
+
+def layer_graph_from_stats(
+    name: str,
+    seq_len: int,
+    element_bytes: int,
+    stats: Sequence[RegionStats],
+    plan: Sequence[int],
+    *,
+    names: Sequence[str],
+    tp: Sequence[tuple[int, tuple[int, ...], int, int]],
+    per_sequence: float = 1.0,
+) -> LayerGraph:
+    """Assemble a LayerGraph: chain element i takes the figures of `stats[plan[i]]`.
+
+    `tp[i]` is (max_tp, tp_dims, all-reduces per forward, matmul_dim) of element i;
+    `per_sequence` divides every figure (a user's example batch may hold several).
+    """
+    last = len(plan) - 1
+    layers = []
+    for i, region in enumerate(plan):
+        st = stats[region]
+        max_tp, tp_dims, n_allreduce, matmul_dim = tp[i]
+        input_bytes = st.input_bytes / per_sequence
+        saved = st.saved_bytes / per_sequence
+        selective = (st.saved_bytes - st.core_saved_bytes + st.core_input_bytes) / per_sequence
+        output = 0.0 if i == last else st.output_bytes / per_sequence
+        boundary = (stats[plan[i - 1]].output_bytes if i > 0 else st.output_bytes) / per_sequence
+        layers.append(Layer(
+            index=i,
+            name=names[i],
+            kind=_kind(i, last),
+            params=st.params,
+            fwd_flops=st.fwd_flops / per_sequence,
+            bwd_act_flops=st.bwd_act_flops / per_sequence,
+            bwd_weight_flops=(st.bwd_flops - st.bwd_act_flops) / per_sequence,
+            fwd_matmul_flops=st.fwd_matmul_flops / per_sequence,
+            fwd_attention_flops=st.fwd_attention_flops / per_sequence,
+            fwd_memory_bytes=st.fwd_memory_bytes / per_sequence,
+            activation_bytes=saved,
+            activation_bytes_selective=min(saved, selective),
+            activation_bytes_full=min(saved, input_bytes),
+            output_bytes=output,
+            tp_allreduce_bytes=boundary if n_allreduce else 0.0,
+            tp_allreduces_fwd=n_allreduce,
+            max_tp=max_tp,
+            matmul_dim=matmul_dim,
+            tp_dims=tp_dims,
+        ))
+    return LayerGraph(name=name, seq_len=seq_len, dtype_bytes=element_bytes,
+                      layers=tuple(layers), op_graph=_op_graph(stats, plan))
+
+
+def _op_graph(stats: Sequence[RegionStats], plan: Sequence[int]) -> nx.DiGraph:
+    """Ops of every chain element; a tensor crossing into element i comes from element i−1."""
+    graph = nx.DiGraph()
+    for i, region in enumerate(plan):
+        for k, op in enumerate(stats[region].ops):
+            node = f"{i}:{k}"
+            graph.add_node(node, layer=i, op=op["op"], kind=op["kind"], flops=op["flops"],
+                           bytes=op["bytes"])
+            for src_region, src_k, nbytes in op["inputs"]:
+                if src_region == region:
+                    graph.add_edge(f"{i}:{src_k}", node, bytes=nbytes)
+                elif i > 0:
+                    prev = stats[plan[i - 1]].output_op
+                    src = prev if prev is not None else src_k
+                    graph.add_edge(f"{i - 1}:{src}", node, bytes=nbytes)
+    return graph
+
+
+def _spec_tp(spec: ModelSpec, index: int) -> tuple[int, tuple[int, ...], int, int]:
+    h = spec.hidden_size
+    if index in (0, spec.num_layers + 1):
+        # Vocab-parallel embedding / LM head (vocabulary padded per TP degree, as Megatron
+        # does): one all-reduce of the hidden states (fwd for the embedding, bwd for the head).
+        return spec.vocab_size, (), 1, h
+    dims = (spec.num_attention_heads, spec.num_kv_heads, spec.ffn_hidden_size)
+    return math.gcd(*dims), dims, 2, h
+
+
+@lru_cache(maxsize=32)
+def extract(spec: ModelSpec) -> LayerGraph:
+    """The LayerGraph of `spec` at its training precision (cached; do not mutate it)."""
+    precision = spec.training.precision
+    one_block = spec.replace(num_layers=1)
+    model = build_model(one_block, device="meta", dtype=torch_dtype(precision))
+    stats = measure_chain_model(model, spec.seq_len)
+    n = spec.num_layers
+    plan = [0, *([1] * n), 2]
+    names = ["embed", *(f"layers.{j}" for j in range(n)), "head"]
+    tp = [_spec_tp(spec, i) for i in range(n + 2)]
+    return layer_graph_from_stats(spec.name, spec.seq_len, dtype_bytes(precision), stats, plan,
+                                  names=names, tp=tp)

@@ -1,0 +1,73 @@
+"""`Model`: a spec (when there is one) and its measured LayerGraph, as the API hands it out."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from planner.errors import HetplanError
+from planner.graph.extract import extract
+from planner.graph.layers import Layer, LayerGraph
+from planner.graph.load_spec import load_model_spec
+from planner.graph.spec import ModelSpec
+from planner.graph.user_module import graph_from_module
+
+__all__ = ["Model", "from_module", "load_model"]
+
+_PRECISION_OF = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
+
+
+@dataclass(frozen=True, slots=True)
+class Model:
+    """A model ready to plan: its spec (None for a user's module) and its LayerGraph."""
+
+    spec: ModelSpec | None
+    graph: LayerGraph
+    precision: str
+    """Training precision: bf16 | fp16 | fp32."""
+
+    @property
+    def layers(self) -> tuple[Layer, ...]:
+        return self.graph.layers
+
+    @property
+    def name(self) -> str:
+        return self.graph.name
+
+    @property
+    def seq_len(self) -> int:
+        return self.graph.seq_len
+
+
+def load_model(path_or_name_or_spec: str | Path | ModelSpec | Model) -> Model:
+    """A Model from a bundled name, a YAML / config.json path, a ModelSpec, or a Model."""
+    if isinstance(path_or_name_or_spec, Model):
+        return path_or_name_or_spec
+    spec = (path_or_name_or_spec if isinstance(path_or_name_or_spec, ModelSpec)
+            else load_model_spec(path_or_name_or_spec))
+    return Model(spec=spec, graph=extract(spec), precision=spec.training.precision)
+
+
+def from_module(module: nn.Module, example_input: Any, *, name: str | None = None,
+                precision: str | None = None) -> Model:
+    """A Model measured from a user's module whose blocks sit in an nn.ModuleList.
+
+    `example_input` is one batch (a tensor, or a tuple of positional arguments) of shape
+    (batch, seq_len, ...). The module is measured in its own dtype, which gives the
+    precision; passing a different `precision` is an error (build it in that dtype).
+    """
+    dtype = next(module.parameters()).dtype if any(True for _ in module.parameters()) else None
+    own = _PRECISION_OF.get(dtype)
+    if own is None:
+        raise HetplanError(f"{type(module).__name__}'s parameters are {dtype}; hetplan plans "
+                           "bf16, fp16 or fp32 models")
+    if precision is not None and precision != own:
+        raise HetplanError(f"{type(module).__name__}'s parameters are {dtype} but precision is "
+                           f"{precision!r}; build the module in that precision or pass "
+                           f"precision={own!r}")
+    graph = graph_from_module(module, example_input, name=name or type(module).__name__)
+    return Model(spec=None, graph=graph, precision=own)
