@@ -25,6 +25,8 @@ def _register() -> None:
     from planner.cli import (  # noqa: F401
         cmd_demo,
         cmd_gpus,
+        cmd_inspect,
+        cmd_models,
     )
 
 
