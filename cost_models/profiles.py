@@ -11,8 +11,10 @@ Profile file format (CSV, one row per measurement; docs/cost-model.md has the de
 - `fwd_ms`, `bwd_ms`: one layer, one micro-batch of `micro_batch` sequences, on one GPU of a
   TP group of `tp`, TP communication included (that is how frameworks measure them).
 - `update_ms`: optimizer step for the layer's parameters on one GPU (empty when unknown).
-Times between measured micro-batch sizes are interpolated linearly; outside, extrapolated
-from the two nearest sizes (never below proportional scaling from the nearest one).
+Times between measured micro-batch sizes are interpolated linearly. Outside the measured range
+the lookup returns the nearest measured size (`ProfileHit.micro_batch`) and the caller scales
+by its analytic model's ratio between the two sizes: the profile sets the level, the physics
+the shape (fixed per-kernel costs make time grow slower than the batch).
 """
 
 from __future__ import annotations
@@ -24,12 +26,25 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["PROFILE_COLUMNS", "ProfileRow", "ProfileSet", "default_profiles", "normalize_model"]
+__all__ = [
+    "PROFILE_COLUMNS",
+    "ProfileHit",
+    "ProfileRow",
+    "ProfileSet",
+    "default_profiles",
+    "normalize_model",
+    "read_profile_csv",
+]
 
 PROFILE_COLUMNS = ("gpu", "model", "hidden_size", "seq_len", "layer_kind", "micro_batch", "tp",
                    "precision", "fwd_ms", "bwd_ms", "update_ms", "source")
 
 _DIR = Path(__file__).parent / "profiles"
+
+
+def _precision_class(precision: str) -> str:
+    """fp16 and bf16 run the same kernels at the same speed: a profile of one serves both."""
+    return "16bit" if precision in ("fp16", "bf16") else precision
 
 
 def normalize_model(name: str) -> str:
@@ -46,6 +61,17 @@ def _canonical_gpu(name: str) -> str:
         return get_gpu(name).name
     except Exception:  # an unknown name stays as written; it then matches nothing
         return name
+
+
+@dataclass(frozen=True, slots=True)
+class ProfileHit:
+    """Measured times of one layer at `micro_batch` (the requested size, or the nearest
+    measured one when the request lies outside the measured range)."""
+
+    fwd_ms: float
+    bwd_ms: float
+    update_ms: float | None
+    micro_batch: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,29 +107,21 @@ class _Curve:
         self.bwd.insert(i, r.bwd_ms)
         self.upd.insert(i, r.update_ms)
 
-    def at(self, mb: int) -> tuple[float, float, float | None]:
+    def at(self, mb: int) -> ProfileHit:
         upd = [u for u in self.upd if u is not None]
         update = sum(upd) / len(upd) if upd else None  # the step does not depend on micro-batch
-        return _interp(self.mbs, self.fwd, mb), _interp(self.mbs, self.bwd, mb), update
+        mb = min(max(mb, self.mbs[0]), self.mbs[-1])
+        return ProfileHit(_interp(self.mbs, self.fwd, mb), _interp(self.mbs, self.bwd, mb),
+                          update, mb)
 
 
 def _interp(xs: list[int], ys: list[float], x: int) -> float:
-    if len(xs) == 1:
-        return ys[0] * x / xs[0]
+    """Piecewise-linear in x; x lies within [xs[0], xs[-1]]."""
     i = bisect.bisect_left(xs, x)
-    if i < len(xs) and xs[i] == x:
+    if xs[i] == x:
         return ys[i]
-    if i == 0:
-        j, k = 0, 1
-    elif i == len(xs):
-        j, k = len(xs) - 2, len(xs) - 1
-    else:
-        j, k = i - 1, i
-    y = ys[j] + (ys[k] - ys[j]) * (x - xs[j]) / (xs[k] - xs[j])
-    near = 0 if i == 0 else (len(xs) - 1 if i == len(xs) else None)
-    if near is not None:
-        y = max(y, ys[near] * x / xs[near])
-    return y
+    j, k = i - 1, i
+    return ys[j] + (ys[k] - ys[j]) * (x - xs[j]) / (xs[k] - xs[j])
 
 
 class ProfileSet:
@@ -120,8 +138,9 @@ class ProfileSet:
     def add(self, r: ProfileRow) -> None:
         gpu = _canonical_gpu(r.gpu)
         model = normalize_model(r.model)
-        self._by_name.setdefault((gpu, model, r.layer_kind, r.tp, r.precision), _Curve()).add(r)
-        key = (gpu, r.hidden_size, r.seq_len, r.layer_kind, r.tp, r.precision)
+        prec = _precision_class(r.precision)
+        self._by_name.setdefault((gpu, model, r.layer_kind, r.tp, prec), _Curve()).add(r)
+        key = (gpu, r.hidden_size, r.seq_len, r.layer_kind, r.tp, prec)
         self._by_shape.setdefault(key, _Curve()).add(r)
         self._names.add(model)
         self.rows.append(r)
@@ -131,9 +150,10 @@ class ProfileSet:
 
     def lookup(self, gpu: str, model: str, hidden_size: int, seq_len: int, layer_kind: str,
                tp: int, precision: str,
-               micro_batch: int) -> tuple[float, float, float | None] | None:
-        """(fwd_ms, bwd_ms, update_ms or None) for one layer, or None when nothing matches."""
+               micro_batch: int) -> ProfileHit | None:
+        """Measured times of one layer, or None when nothing matches."""
         name = normalize_model(model)
+        precision = _precision_class(precision)
         if name in self._names:
             curve = self._by_name.get((gpu, name, layer_kind, tp, precision))
         else:

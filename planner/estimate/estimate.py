@@ -6,7 +6,9 @@ p2p between consecutive chunks over the link their nodes share, the schedule sim
 that hold the same shard of it in every pipeline (heterogeneous DP allowed), over the slowest
 link of the ring, NOT overlapped with the backward (DeepSpeed's pipeline engine and Megatron
 without --overlap-grad-reduce reduce after the flush); then the Adam step (sharded under ZeRO-1).
-Iteration time = the slowest pipeline + the slowest device's sync and step.
+Iteration time = the latest device's end (its last backward, then its sync and step, as the
+simulator lays them out) + the spread between pipelines' drain times (the shared all-reduce
+cannot finish before the slowest pipeline has drained).
 """
 
 from __future__ import annotations
@@ -41,10 +43,17 @@ class _Device:
 
 
 def estimate(model: Any, cluster: Cluster | None, plan: Plan, *,
-             profiles: ProfileSet | None = None) -> Estimate:
-    """Predict one training iteration of `plan`. `model`/`cluster` may be None when the plan
-    embeds them; `profiles` defaults to the shipped profile files (`ProfileSet()`: analytic)."""
-    graph, precision = resolve_model(model, plan)
+             profiles: ProfileSet | None = None, precision: str | None = None,
+             overlap_dp: bool = False) -> Estimate:
+    """Predict one training iteration of `plan`.
+
+    `model`/`cluster` may be None when the plan embeds them; `profiles` defaults to the shipped
+    profile files (`ProfileSet()`: the analytic model alone); `precision` overrides the model
+    spec's; `overlap_dp` hides the gradient all-reduce behind each device's last backward
+    (Megatron --overlap-grad-reduce, FSDP) instead of running it after the flush.
+    """
+    graph, spec_precision = resolve_model(model, plan)
+    precision = precision or spec_precision
     cluster = resolve_cluster(cluster, plan)
     if plan.num_layers != len(graph.layers):
         raise SpecError("plan", "pipelines", f"stages cover {plan.num_layers} layers but model "
@@ -101,31 +110,32 @@ def estimate(model: Any, cluster: Cluster | None, plan: Plan, *,
     timelines = []
     stage_rows: list[StageEstimate] = []
     problems: list[str] = []
-    tail = 0.0
-    pipeline_s = 0.0
     worst_sync = worst_opt = 0.0
     for p, pipe in enumerate(plan.pipelines):
         devs = devices[p]
         chunks = [StageTiming(fwd_s=c.fwd_s, bwd_s=c.bwd_s, send_s=sends[p][j],
                               device=j % len(devs))
-                  for j, c in enumerate(c for c in _chunk_costs(devs))]
+                  for j, c in enumerate(_chunk_costs(devs))]
         opt = [sum(c.optimizer_step_s for c in d.costs) / shard for d in devs]
+        exposed = [max(0.0, sync[p][d.index] - sum(c.bwd_s for c in d.costs)) if overlap_dp
+                   else sync[p][d.index] for d in devs]
         try:
             tl = simulate(chunks, pipe.microbatches, plan.schedule, v,
-                          dp_sync_s=sync[p], optimizer_s=opt, detail=False)
+                          dp_sync_s=exposed, optimizer_s=opt, detail=False)
         except ValueError as exc:
             raise SpecError("plan", f"pipelines.{p}", str(exc)) from None
         timelines.append(tl)
-        pipeline_s = max(pipeline_s, tl.pipeline_s)
         for d in devs:
-            tail = max(tail, sync[p][d.index] + opt[d.index])
-            worst_sync = max(worst_sync, sync[p][d.index])
+            worst_sync = max(worst_sync, exposed[d.index])
             worst_opt = max(worst_opt, opt[d.index])
             row, problem = _stage_row(plan, d, tl.max_inflight[d.index], len(devs), shard)
             stage_rows.append(row)
             if problem:
                 problems.append(problem)
-    iteration_s = pipeline_s + tail
+    # Each device syncs right after its own last backward (the simulator's tail); with unequal
+    # pipelines the shared all-reduce also waits for the slowest one to drain.
+    spread = max(t.pipeline_s for t in timelines) - min(t.pipeline_s for t in timelines)
+    iteration_s = max(t.makespan_s for t in timelines) + spread
     return _summarise(graph, precision, plan, rank_node, iteration_s, stage_rows, problems,
                       timelines, worst_sync, worst_opt)
 

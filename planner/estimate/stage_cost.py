@@ -124,23 +124,31 @@ def _layer_costs(layer: Layer, graph: LayerGraph, gpu: GpuSpec, tp: int, mb: int
     fwd, bwd_act, bwd_w = layer_compute_s(work, gpu, precision)
     comm = layer.tp_allreduces_fwd * allreduce_s(b * layer.tp_allreduce_bytes, t, link)
     update = adam_step_s(params, gpu)
+    fwd, bwd = fwd + comm, bwd_act + bwd_w + comm
     prof = profiles.lookup(gpu.name, graph.name, layer.matmul_dim, graph.seq_len, layer.kind,
                            t, precision, b) if len(profiles) else None
     if prof is not None:
         # Measured times already include the TP communication of the framework they came from.
-        w_share = bwd_w / (bwd_act + bwd_w) if bwd_act + bwd_w > 0 else 0.0
-        fwd, bwd = prof[0] / 1e3, prof[1] / 1e3
+        # Outside the measured micro-batch range, scale by the analytic model's ratio.
+        w_share = bwd_w / bwd if bwd > 0 else 0.0
+        f_scale = b_scale = 1.0
+        if prof.micro_batch != b:
+            ref = _layer_costs(layer, graph, gpu, tp, prof.micro_batch, "none", precision, sp,
+                               link, _NO_PROFILES)
+            f_scale = fwd / ref[0] if ref[0] > 0 else b / prof.micro_batch
+            b_scale = bwd / ref[1] if ref[1] > 0 else b / prof.micro_batch
+        fwd, bwd = prof.fwd_ms / 1e3 * f_scale, prof.bwd_ms / 1e3 * b_scale
         bwd_w = bwd * w_share
-        if prof[2] is not None:
-            update = prof[2] / 1e3
-    else:
-        fwd, bwd = fwd + comm, bwd_act + bwd_w + comm
+        if prof.update_ms is not None:
+            update = prof.update_ms / 1e3
     # Recomputation re-runs work inside the backward pass.
     if recompute == "full":
         bwd += fwd
     elif recompute == "selective" and layer.kind == "block":
-        attn_flops = min(4.0 * graph.seq_len * graph.seq_len * layer.matmul_dim,
-                         layer.fwd_matmul_flops)
+        attn_flops = getattr(layer, "fwd_attention_flops", None)
+        if attn_flops is None:  # graphs without the field: QK^T and AV, 2·s²·h FLOPs each
+            attn_flops = min(4.0 * graph.seq_len * graph.seq_len * layer.matmul_dim,
+                             layer.fwd_matmul_flops)
         dropped = layer.activation_bytes - layer.activation_bytes_selective
         bwd += gemm_s(b * attn_flops / t, gpu, precision, max(layer.matmul_dim / t, 1.0))
         bwd += memory_s(b * dropped / t, gpu)
@@ -156,6 +164,7 @@ def _layer_costs(layer: Layer, graph: LayerGraph, gpu: GpuSpec, tp: int, mb: int
     return fwd, bwd, bwd_w, params, act, update, transient
 
 
+_NO_PROFILES = ProfileSet()
 _CACHE: dict[tuple, tuple[LayerGraph, ProfileSet, LayerCostTable]] = {}
 _CACHE_MAX = 20_000
 

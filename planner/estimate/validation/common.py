@@ -1,0 +1,98 @@
+"""Shared records and helpers of the accuracy report."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+from planner.estimate.validation.metrics import mape, spearman, top1_regret
+from planner.graph.layers import LayerGraph
+
+__all__ = ["FileReport", "Row", "graph_for", "summarise"]
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """One measured configuration and our prediction of the same quantity."""
+
+    label: str
+    measured: float | None
+    """None: the run failed or ran out of memory."""
+    predicted: float | None
+    """None: the configuration cannot be expressed (the note says why)."""
+    feasible: bool = True
+    """Our memory verdict for the configuration."""
+    used: bool = True
+    """Counted in the metrics (False: excluded, the note says why)."""
+    note: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class FileReport:
+    file: str
+    group: str
+    quantity: str
+    """What the rows compare, e.g. `s/iter` or `tokens/s/GPU`."""
+    lower_is_better: bool
+    rows: tuple[Row, ...]
+    target: str
+    mape_pct: float = math.nan
+    spearman: float = math.nan
+    top1_regret_pct: float = math.nan
+    counted: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        def r(x: float) -> float | None:
+            return None if math.isnan(x) else round(x, 4)
+
+        return {
+            "file": self.file, "group": self.group, "quantity": self.quantity,
+            "target": self.target, "rows_counted": self.counted, "mape_pct": r(self.mape_pct),
+            "spearman": r(self.spearman), "top1_regret_pct": r(self.top1_regret_pct),
+            "rows": [{"label": x.label, "measured": x.measured,
+                      "predicted": None if x.predicted is None else round(x.predicted, 6),
+                      "feasible": x.feasible, "used": x.used, "note": x.note}
+                     for x in self.rows],
+        }
+
+
+def summarise(file: str, group: str, quantity: str, rows: list[Row], target: str,
+              lower_is_better: bool = True, ranking: bool = True) -> FileReport:
+    used = [x for x in rows if x.used and x.measured is not None and x.predicted is not None]
+    pred = [x.predicted for x in used]
+    meas = [x.measured for x in used]
+    return FileReport(
+        file=file, group=group, quantity=quantity, lower_is_better=lower_is_better,
+        rows=tuple(rows), target=target, counted=len(used),
+        mape_pct=mape(pred, meas),  # type: ignore[arg-type]
+        spearman=spearman(pred, meas) if ranking else math.nan,  # type: ignore[arg-type]
+        top1_regret_pct=(top1_regret(pred, meas, lower_is_better)  # type: ignore[arg-type]
+                         if ranking else math.nan))
+
+
+@lru_cache(maxsize=64)
+def _graph(spec_json: str) -> LayerGraph:
+    from planner.graph.extract import extract
+    from planner.graph.spec import ModelSpec
+
+    return extract(ModelSpec.from_dict(json.loads(spec_json), where="validation model"))
+
+
+def graph_for(spec: dict[str, Any] | str, **changes: Any) -> LayerGraph:
+    """The LayerGraph of a zoo model name or spec dict, with fields changed (e.g. precision)."""
+    if isinstance(spec, str):
+        from planner.graph.load_spec import load_model_spec
+
+        spec = load_model_spec(spec).to_dict()
+    data = dict(spec)
+    training = dict(data.get("training") or {})
+    for key in ("precision", "global_batch_size"):
+        if key in changes:
+            training[key] = changes.pop(key)
+    data.update(changes)
+    data["training"] = training
+    return _graph(json.dumps(data, sort_keys=True))
