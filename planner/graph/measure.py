@@ -4,7 +4,7 @@ A *region* is one element of the chain (embedding, a block, the head). The calle
 hooks switch `Recorder.region` at element boundaries in the forward; the backward
 switches when autograd reaches the node that produced an element's output.
 
-Conventions (decided here, stated in docs/ARCHITECTURE.md and tested):
+Conventions (decided here and tested in tests/test_graph_extract.py):
 - FLOPs come from `torch.utils.flop_counter.FlopCounterMode` (2 per multiply-add).
   On meta, SDPA decomposes to two batched matmuls over the full s×s score matrix, so
   attention is counted NON-causal, and its backward as 2× its forward (Korthikanti eq. 7,

@@ -29,6 +29,9 @@ _PosInt = Annotated[int, Field(strict=True, gt=0)]
 _PosFloat = Annotated[float, Field(gt=0)]
 
 
+_DEFAULTED = ("num_kv_heads", "ffn_hidden_size", "tie_embeddings")
+
+
 class _FieldError(ValueError):
     """A cross-field check that failed; carries the field to name in the message."""
 
@@ -89,11 +92,11 @@ class ModelSpec(BaseModel):
     def _fill_defaults(cls, data: Any) -> Any:
         if not isinstance(data, dict):
             return data
-        data = dict(data)
+        # None (e.g. `replace(ffn_hidden_size=None)`) means "use the default".
+        data = {k: v for k, v in data.items() if not (v is None and k in _DEFAULTED)}
         arch = data.get("architecture")
-        data.setdefault("num_kv_heads", data.get("num_attention_heads"))
-        if data["num_kv_heads"] is None:
-            del data["num_kv_heads"]
+        if "num_attention_heads" in data:
+            data.setdefault("num_kv_heads", data["num_attention_heads"])
         hidden = data.get("hidden_size")
         if "ffn_hidden_size" not in data and isinstance(hidden, int) and arch in ("gpt", "llama"):
             data["ffn_hidden_size"] = default_ffn_hidden_size(arch, hidden)
@@ -148,7 +151,10 @@ class ModelSpec(BaseModel):
             raise spec_error_from_validation(exc, where) from None
 
     def replace(self, **changes: Any) -> ModelSpec:
-        """A validated copy with some fields changed (e.g. `seq_len`, `num_layers`)."""
+        """A validated copy with some fields changed (e.g. `seq_len`, `num_layers`).
+
+        Pass None for num_kv_heads / ffn_hidden_size / tie_embeddings to re-derive them.
+        """
         data = self.to_dict()
         data.update(changes)
         return ModelSpec.from_dict(data, where=f"{self.name} (replace)")
