@@ -12,6 +12,7 @@ from typing import Annotated, Any
 
 import typer
 from rich import box
+from rich.console import Console
 from rich.table import Table
 
 from planner.cli.main import app
@@ -22,12 +23,22 @@ __all__ = ["simulate", "simulate_plan"]
 
 def simulate_plan(plan_path: str | Path) -> tuple[Any, Any, tuple[Any, ...]]:
     """(plan, estimate, timelines with events) for a plan file."""
+    from pydantic import ValidationError
+
+    from planner.cluster import cluster_from_dict
     from planner.estimate import estimate
+    from planner.graph import load_model
+    from planner.graph.spec import ModelSpec, spec_error_from_validation
     from planner.plan import Plan
     from planner.simulate import with_events
 
     plan = Plan.load(plan_path)
-    est = estimate(None, None, plan)
+    try:
+        spec = ModelSpec.model_validate(plan.model)
+    except ValidationError as exc:
+        raise spec_error_from_validation(exc, f"{plan_path}: model") from None
+    cluster = cluster_from_dict(plan.cluster, f"{plan_path}: cluster")
+    est = estimate(load_model(spec), cluster, plan)
     timelines = est.timeline if isinstance(est.timeline, tuple) else (est.timeline,)
     return plan, est, tuple(with_events(t) for t in timelines)
 
@@ -59,31 +70,37 @@ def simulate(
             "pictures": [str(p) for p in written],
         })
         return
-    console.print(_table(plan, est, timelines, labels, title))
+    # Wider than a pipe's default 80 columns, so GPU names and numbers are not cut.
+    Console(file=console.file, width=max(console.width, 110)).print(
+        _table(plan, est, timelines, title))
     for path in written:
         console.print(f"wrote {path}")
 
 
-def _table(plan: Any, est: Any, timelines: tuple[Any, ...], labels: list[str],
-           title: str) -> Table:
+def _table(plan: Any, est: Any, timelines: tuple[Any, ...], title: str) -> Table:
     table = Table(title=f"{title}: iteration {est.iteration_time_s * 1e3:.2f} ms, bubble "
-                  f"{est.bubble_fraction:.1%} ({plan.schedule}, micro-batch "
-                  f"{plan.micro_batch_size})", box=box.SIMPLE_HEAD, pad_edge=False)
-    for name, justify in (("stage", "left"), ("µbatches", "right"), ("fwd ms", "right"),
-                          ("bwd ms", "right"), ("busy", "right"), ("in flight", "right"),
-                          ("DP sync ms", "right"), ("step ms", "right"),
-                          ("memory GiB", "right")):
-        table.add_column(name, justify=justify, no_wrap=name == "stage")  # type: ignore[arg-type]
+                  f"{est.bubble_fraction:.1%}, {plan.schedule}, micro-batch "
+                  f"{plan.micro_batch_size}", box=box.SIMPLE_HEAD, pad_edge=False,
+                  caption="busy: share of the iteration computing; held: micro-batches whose "
+                  "activations are held at the peak; tail: DP sync + optimizer step; GiB: peak "
+                  "memory / capacity")
+    for name in ("stage", "GPU×TP", "layers", "fwd ms", "bwd ms", "busy", "held", "tail ms",
+                 "GiB"):
+        left = name in ("stage", "GPU×TP", "layers")
+        table.add_column(name, justify="left" if left else "right", no_wrap=True)
     rows = iter(est.stages)
-    label = iter(labels)
     for p, t in enumerate(timelines):
+        pipe = plan.pipelines[p]
         for d in range(t.num_devices):
             st = next(rows)
+            chunks = pipe.stages[d::t.num_devices]
+            layers = ",".join(f"{c.layers[0]}-{c.layers[1] - 1}" for c in chunks)
+            inflight = t.max_inflight[d] / t.virtual_stages
+            tail = ((t.dp_sync_s[d] if t.dp_sync_s else 0.0)
+                    + (t.optimizer_s[d] if t.optimizer_s else 0.0))
             table.add_row(
-                next(label), str(plan.pipelines[p].microbatches), f"{st.fwd_ms:.2f}",
-                f"{st.bwd_ms:.2f}", f"{t.busy_s[d] / t.makespan_s:.0%}",
-                str(t.max_inflight[d]) + (f"/{t.virtual_stages}" if t.virtual_stages > 1 else ""),
-                f"{t.dp_sync_s[d] * 1e3:.2f}" if t.dp_sync_s else "0",
-                f"{t.optimizer_s[d] * 1e3:.2f}" if t.optimizer_s else "0",
+                f"{p}.{d}" if len(timelines) > 1 else str(d), f"{st.gpu}×{st.tp}", layers,
+                f"{st.fwd_ms:.1f}", f"{st.bwd_ms:.1f}", f"{t.busy_s[d] / t.makespan_s:.0%}",
+                f"{inflight:g}", f"{tail * 1e3:.1f}",
                 f"{st.peak_memory_gib:.1f}/{st.memory_capacity_gib:.0f}")
     return table

@@ -23,10 +23,13 @@ app = typer.Typer(
 def _register() -> None:
     # Each module adds its command(s) to `app` on import.
     from planner.cli import (  # noqa: F401
+        cmd_compare,
         cmd_demo,
         cmd_gpus,
         cmd_inspect,
         cmd_models,
+        cmd_simulate,
+        cmd_whatif,
     )
 
 

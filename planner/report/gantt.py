@@ -27,7 +27,7 @@ COLOURS = {
     "recompute": "#CC79A7",
     "comm": "#D55E00",
     "dp_sync": "#009E73",
-    "optimizer": "#56B4E9",
+    "optimizer": "#444444",
     "idle": "#EEEEEE",
 }
 _LEGEND = [("fwd", "forward"), ("bwd", "backward"), ("recompute", "recompute"),
