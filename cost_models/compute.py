@@ -56,8 +56,10 @@ def gemm_s(flops: float, gpu: GpuSpec, precision: str, width: float) -> float:
     if flops <= 0:
         return 0.0
     c = compute_constants(gpu.generation)
-    eff = c.matmul_eff * width / (width + GEMM_DIM_HALF)
-    return flops / (peak_tflops(gpu, precision) * 1e12 * eff)
+    dtype = matmul_dtype(gpu, precision)
+    unit_eff = {"fp32": c.cuda_eff, "tf32": c.tf32_eff}.get(dtype, c.tensor_eff)
+    eff = unit_eff * width / (width + GEMM_DIM_HALF)
+    return flops / (gpu.peak_tflops[dtype] * 1e12 * eff)
 
 
 def memory_s(nbytes: float, gpu: GpuSpec) -> float:

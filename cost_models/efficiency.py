@@ -23,8 +23,13 @@ __all__ = [
 class ComputeConstants:
     """How close one GPU generation's training kernels come to its datasheet peaks."""
 
-    matmul_eff: float
-    """Fraction of the dense tensor peak a large training GEMM reaches."""
+    tensor_eff: float
+    """Fraction of the dense 16-bit (and fp8) tensor-core peak a wide training GEMM reaches."""
+    tf32_eff: float
+    """Fraction of the dense TF32 tensor-core peak (fp32 training on Ampere and later)."""
+    cuda_eff: float
+    """Fraction of the FP32 CUDA-core peak reached when GEMMs run without tensor cores (fp32 on
+    GPUs without TF32)."""
     memory_eff: float
     """Fraction of HBM bandwidth reached by elementwise / norm / softmax kernels and Adam."""
     kernel_s: float
@@ -33,26 +38,37 @@ class ComputeConstants:
     """The data the constants were fitted on."""
 
 
-# Fitted by bench/fit_constants.py (least squares on log time) on the per-layer forward and
-# backward times of sailor_layer_profiles.csv (OPT-350M and GPT-Neo-2.7B, micro-batch 1-64,
-# TP 1 only, so that no communication enters the fit) and amp_layer_profiles.csv (TP 1).
-# Generations with no public per-layer data borrow the nearest measured one (say so below).
+# 16-bit tensor efficiency (first number): Ampere and Hopper fitted on the bf16 large runs
+# (torchtitan A100/H100, Llama 3 405B, BLOOM, MT-NLG: bench/fit_constants.py --large); Volta
+# from Megatron-LM's V100 figure (Shoeybi et al. 2019: 39 TFLOP/s sustained per V100 = 30 % of
+# the 125 peak end to end, i.e. ~40 % inside the GEMMs); Turing borrows Volta's (AMP's T4
+# profile implies 0.10 in DeepSpeed-Megatron 1.1.5: that framework's figure, kept in the
+# profile file, not here). TF32 and FP32 (CUDA-core) efficiencies: fitted on Sailor's TP-1
+# layer times (bench/fit_constants.py). Per-kernel cost: one value for all generations, the
+# framework's dispatch cost; the Sailor fit is flat between 20 and 60 us (rms log error
+# 0.30 -> 0.28), 20 us keeps large-model estimates unaffected.
+_KERNEL_S = 20e-6
 _CONSTANTS: dict[str, ComputeConstants] = {
-    "volta": ComputeConstants(0.60, 0.70, 12e-6,
-                              "sailor V100-16 TP1 fwd/bwd (OPT-350M, GPT-Neo-2.7B); AMP V100 TP1"),
-    "turing": ComputeConstants(0.55, 0.70, 12e-6,
-                               "sailor Titan-RTX, RTX-2080 TP1 fwd/bwd (OPT-350M); AMP T4 TP1"),
-    "ampere": ComputeConstants(0.50, 0.70, 10e-6,
-                               "sailor A100-40/80, RTX-3090 TP1 fwd/bwd (OPT-350M, GPT-Neo-2.7B)"),
-    "ada": ComputeConstants(0.50, 0.70, 10e-6, "no public per-layer data: ampere's values"),
-    "hopper": ComputeConstants(0.45, 0.70, 8e-6,
-                               "sailor GH-96 TP1 fwd/bwd (OPT-350M, GPT-Neo-2.7B)"),
-    "blackwell": ComputeConstants(0.45, 0.70, 8e-6, "no public per-layer data: hopper's values"),
-    "cdna2": ComputeConstants(0.40, 0.65, 12e-6, "no public per-layer data: a guess below hopper"),
-    "cdna3": ComputeConstants(0.40, 0.65, 12e-6, "no public per-layer data: a guess below hopper"),
+    "volta": ComputeConstants(0.40, 0.40, 0.76, 0.70, _KERNEL_S,
+                              "tensor: Megatron-LM 2019 V100; fp32: sailor V100-16 TP1 layers"),
+    "turing": ComputeConstants(0.40, 0.40, 0.60, 0.70, _KERNEL_S,
+                               "tensor: volta's; fp32: sailor Titan-RTX / RTX-2080 TP1 layers"),
+    "ampere": ComputeConstants(0.60, 0.40, 0.70, 0.70, _KERNEL_S,
+                               "bf16: torchtitan A100, BLOOM, MT-NLG; tf32: sailor A100 / 3090"),
+    "ada": ComputeConstants(0.60, 0.40, 0.70, 0.70, _KERNEL_S,
+                            "no public training data: ampere's values"),
+    "hopper": ComputeConstants(0.62, 0.26, 0.70, 0.70, _KERNEL_S,
+                               "bf16: torchtitan H100, Llama 3 405B; tf32: sailor GH-96 TP1"),
+    "blackwell": ComputeConstants(0.62, 0.26, 0.70, 0.70, _KERNEL_S,
+                                  "no public training data: hopper's values"),
+    "cdna2": ComputeConstants(0.40, 0.26, 0.60, 0.65, _KERNEL_S,
+                              "no public training data: a guess below hopper"),
+    "cdna3": ComputeConstants(0.45, 0.26, 0.60, 0.65, _KERNEL_S,
+                              "no public training data: a guess below hopper"),
 }
 
-_DEFAULT = ComputeConstants(0.45, 0.65, 12e-6, "unknown generation: a conservative default")
+_DEFAULT = ComputeConstants(0.40, 0.26, 0.60, 0.65, _KERNEL_S,
+                            "unknown generation: a conservative default")
 
 
 def compute_constants(generation: str) -> ComputeConstants:

@@ -111,6 +111,7 @@ def estimate(model: Any, cluster: Cluster | None, plan: Plan, *,
     stage_rows: list[StageEstimate] = []
     problems: list[str] = []
     worst_sync = worst_opt = 0.0
+    seen: dict[tuple, Any] = {}
     for p, pipe in enumerate(plan.pipelines):
         devs = devices[p]
         chunks = [StageTiming(fwd_s=c.fwd_s, bwd_s=c.bwd_s, send_s=sends[p][j],
@@ -119,11 +120,15 @@ def estimate(model: Any, cluster: Cluster | None, plan: Plan, *,
         opt = [sum(c.optimizer_step_s for c in d.costs) / shard for d in devs]
         exposed = [max(0.0, sync[p][d.index] - sum(c.bwd_s for c in d.costs)) if overlap_dp
                    else sync[p][d.index] for d in devs]
-        try:
-            tl = simulate(chunks, pipe.microbatches, plan.schedule, v,
-                          dp_sync_s=exposed, optimizer_s=opt, detail=False)
-        except ValueError as exc:
-            raise SpecError("plan", f"pipelines.{p}", str(exc)) from None
+        key = (tuple(chunks), pipe.microbatches, tuple(exposed), tuple(opt))
+        tl = seen.get(key)
+        if tl is None:  # identical DP replicas share one simulation
+            try:
+                tl = simulate(chunks, pipe.microbatches, plan.schedule, v,
+                              dp_sync_s=exposed, optimizer_s=opt, detail=False)
+            except ValueError as exc:
+                raise SpecError("plan", f"pipelines.{p}", str(exc)) from None
+            seen[key] = tl
         timelines.append(tl)
         for d in devs:
             worst_sync = max(worst_sync, exposed[d.index])

@@ -1,0 +1,40 @@
+"""The accuracy report: every measured plan in shared/data through `estimate`.
+
+`run_all(data_dir)` returns, per file (and experiment group), each row's predicted vs measured
+value, MAPE, Spearman rank correlation and top-1 regret, once with the analytic model alone
+and once with the shipped profiles.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from cost_models.profiles import ProfileSet, default_profiles
+from planner.estimate.validation.amp import amp_reports
+from planner.estimate.validation.common import FileReport, Row
+from planner.estimate.validation.large_runs import large_run_reports
+from planner.estimate.validation.sailor import sailor_reports
+
+__all__ = ["FileReport", "Row", "default_data_dir", "run_all"]
+
+MODES = ("analytic", "profiles")
+
+
+def default_data_dir() -> Path:
+    """../shared/data relative to the repository root."""
+    return Path(__file__).resolve().parents[3].parent / "shared" / "data"
+
+
+def run_all(data_dir: Path, modes: tuple[str, ...] = MODES) -> dict[str, list[FileReport]]:
+    """Reports per mode (`analytic`: no profiles; `profiles`: the shipped profile files)."""
+    out: dict[str, list[FileReport]] = {}
+    for mode in modes:
+        profiles = ProfileSet() if mode == "analytic" else default_profiles()
+        reports: list[FileReport] = []
+        if (data_dir / "amp_measured_plans.csv").exists():
+            reports += amp_reports(data_dir, profiles)
+        if (data_dir / "sailor_measured_plans.csv").exists():
+            reports += sailor_reports(data_dir, profiles)
+        reports += large_run_reports(data_dir, profiles)
+        out[mode] = reports
+    return out

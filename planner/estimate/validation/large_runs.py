@@ -1,0 +1,258 @@
+"""Large homogeneous runs: torchtitan (A100, H100), NeMo (H100), Llama 3 405B, historic runs.
+
+Each row becomes a Megatron-style plan on a homogeneous cluster of 8-GPU nodes and we compare
+throughput per GPU (tokens/s, or model TFLOP/s where that is what was published). Mapping:
+- FSDP: data parallel with sharded optimizer state (zero1) and the gradient reduction
+  overlapped with the backward (`overlap_dp`), one micro-batch of `local_batch` sequences.
+  Parameter sharding (ZeRO-3) is not modelled: memory verdicts are reported, not used.
+- torchtitan `selective layer` / `selective op` activation checkpointing -> our `selective`;
+  `full` -> `full`. NeMo and Megatron runs: distributed optimizer (zero1), overlap on,
+  sequence parallelism when tp > 1, interleaving when vp > 1.
+Counted in the throughput metric: plain bf16 rows. Reported but not counted: torch.compile and
+float8 variants (kernel fusion and fp8 scaling are not modelled) and context parallelism.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+from cost_models.catalog import get_gpu
+from cost_models.gpu import GpuSpec
+from cost_models.profiles import ProfileSet
+from planner.cluster.model import Cluster, NodeGroup
+from planner.errors import HetplanError
+from planner.estimate.estimate import estimate
+from planner.estimate.megatron import megatron_plan
+from planner.estimate.validation.common import FileReport, Row, graph_for, summarise
+
+__all__ = ["large_run_reports"]
+
+_LLAMA = {"architecture": "llama", "training": {"precision": "bf16"}}
+_GPT = {"architecture": "gpt", "training": {"precision": "bf16"}}
+# Shapes from the models' published configs / papers (name: fields).
+MODELS: dict[str, dict[str, Any]] = {
+    "Llama3-8B": {"zoo": "llama3-8b"},
+    "Llama3.1-8B": {"zoo": "llama3-8b"},
+    "Llama3-70B": {"zoo": "llama3-70b"},
+    "Llama3.1-70B": {"zoo": "llama3-70b"},
+    "Llama3.1-405B": {"zoo": "llama3-405b"},
+    "LLAMA3-8B": {"zoo": "llama3-8b"},
+    "LLAMA3-70B": {"zoo": "llama3-70b"},
+    # Llama 2 (Touvron et al. 2023, Table 1 and the HF config.json files).
+    "Llama2-13B": {**_LLAMA, "name": "llama2-13b", "hidden_size": 5120, "num_layers": 40,
+                   "num_attention_heads": 40, "ffn_hidden_size": 13824, "vocab_size": 32000},
+    "Llama2-70B": {**_LLAMA, "name": "llama2-70b", "hidden_size": 8192, "num_layers": 80,
+                   "num_attention_heads": 64, "num_kv_heads": 8, "ffn_hidden_size": 28672,
+                   "vocab_size": 32000},
+    "LLAMA2-7B": {**_LLAMA, "name": "llama2-7b", "hidden_size": 4096, "num_layers": 32,
+                  "num_attention_heads": 32, "ffn_hidden_size": 11008, "vocab_size": 32000},
+    "LLAMA2-13B": {**_LLAMA, "name": "llama2-13b", "hidden_size": 5120, "num_layers": 40,
+                   "num_attention_heads": 40, "ffn_hidden_size": 13824, "vocab_size": 32000},
+    "LLAMA2-70B": {**_LLAMA, "name": "llama2-70b", "hidden_size": 8192, "num_layers": 80,
+                   "num_attention_heads": 64, "num_kv_heads": 8, "ffn_hidden_size": 28672,
+                   "vocab_size": 32000},
+    # NeMo GPT-3 configs (NeMo launcher conf/training/gpt3/{5b,20b,175b}.yaml).
+    "GPT3-5B": {**_GPT, "name": "gpt3-5b", "hidden_size": 4096, "num_layers": 24,
+                "num_attention_heads": 32, "vocab_size": 51200},
+    "GPT3-20B": {**_GPT, "name": "gpt3-20b", "hidden_size": 6144, "num_layers": 44,
+                 "num_attention_heads": 48, "vocab_size": 51200},
+    "GPT3-175B": {"zoo": "gpt3-175b"},
+    # BLOOM (BigScience 2022, Table 1); MT-NLG (Smith et al. 2022, §2): 105 layers, h20480.
+    "BLOOM-176B": {**_GPT, "name": "bloom-176b", "hidden_size": 14336, "num_layers": 70,
+                   "num_attention_heads": 112, "vocab_size": 250880},
+    "MT-NLG-530B": {**_GPT, "name": "mt-nlg-530b", "hidden_size": 20480, "num_layers": 105,
+                    "num_attention_heads": 128, "vocab_size": 51200},
+}
+
+
+def _graph(model: str, seq: int, precision: str) -> Any:
+    spec = MODELS[model]
+    base: dict[str, Any] | str = spec.get("zoo", spec)
+    return graph_for(base, seq_len=seq, precision=precision)
+
+
+def _cluster(gpu: GpuSpec, gpus: int, nic_gbps: float) -> Cluster:
+    nodes = max(1, gpus // 8)
+    group = NodeGroup(name="n", count=nodes, gpu=gpu, gpus_per_node=8, intra_node="nvlink",
+                      intra_node_gb_per_s=gpu.intra_node_gb_per_s, inter_node_gbps=nic_gbps,
+                      price_per_gpu_hour=gpu.price_per_gpu_hour)
+    return Cluster(name=f"{gpus}x{gpu.name}", groups=(group,), latency_us=5.0, spec={})
+
+
+def _h100_96gb() -> GpuSpec:
+    """torchtitan's H100s: 96 GB HBM2e at 2.4 TB/s and 500 W (data README: throughput "between
+    PCIe and SXM"). We take the midpoint of the catalog's H100 PCIe and SXM dense peaks."""
+    sxm, pcie = get_gpu("H100-SXM5-80GB"), get_gpu("H100-PCIE-80GB")
+    peaks = {k: (v + pcie.peak_tflops.get(k, v)) / 2 for k, v in sxm.peak_tflops.items()}
+    return dataclasses.replace(sxm, name="H100-96GB-HBM2e-500W", memory_gib=96 * 1e9 / 2**30,
+                               hbm_gb_per_s=2400.0, peak_tflops=peaks)
+
+
+_H100_96 = _h100_96gb()
+
+
+def _run(model: str, seq: int, precision: str, gpu: GpuSpec, gpus: int, nic_gbps: float,
+         tp: int, pp: int, vp: int, mb: int, gbs: int, recompute: str, fsdp: bool,
+         profiles: ProfileSet) -> tuple[float, float, bool]:
+    """(tokens/s per GPU, model TFLOP/s per GPU, feasible) for one configuration."""
+    # fp8 recipes keep bf16 activations and master weights: the graph is built in bf16.
+    graph = _graph(model, seq, "bf16" if precision == "fp8" else precision)
+    dp = gpus // (tp * pp)
+    cluster = _cluster(gpu, gpus, nic_gbps)
+    per_pipe = gbs // (dp * mb)
+    schedule = "interleaved" if vp > 1 and per_pipe % pp == 0 else "1f1b"
+    plan = megatron_plan(graph, cluster, tp=tp, pp=pp, dp=dp, micro_batch=mb, global_batch=gbs,
+                         recompute=recompute, sequence_parallel=tp > 1 and not fsdp,
+                         schedule=schedule, virtual_stages=vp if schedule == "interleaved" else 1,
+                         zero1=True)
+    est = estimate(graph, cluster, plan, profiles=profiles, precision=precision,
+                   overlap_dp=True)
+    per_gpu = est.tokens_per_s / gpus
+    tflops = graph.train_flops * gbs / est.iteration_time_s / gpus / 1e12
+    return per_gpu, tflops, est.feasible
+
+
+def _ac(text: str) -> str:
+    return "none" if text == "none" else ("full" if text == "full" else "selective")
+
+
+def _torchtitan(path: Path, profiles: ProfileSet, h100: bool) -> list[Row]:
+    rows = []
+    with path.open(newline="") as fh:
+        for r in csv.DictReader(fh):
+            model = r["model"].split(" ")[0]
+            label = f"{r['model']} {r['gpus']} GPUs {r['parallelism']} {r['activation_ckpt']}"
+            prec_txt = r.get("precision", "bf16")
+            if "Float8" in r["model"]:
+                prec_txt = "fp8"
+            label += f" {prec_txt}"
+            measured = float(r["tokens_per_s_per_gpu"])
+            par = r["parallelism"]
+            if "CP" in par and "CP1" not in par:
+                rows.append(Row(label, measured, None, used=False,
+                                note="context parallelism not modelled"))
+                continue
+            tp = int(par.split("TP")[1].split()[0]) if "TP" in par else 1
+            pp = int(par.split("PP")[1].split()[0]) if "PP" in par else 1
+            gpus = int(r["gpus"])
+            lb = int(r["local_batch"])
+            seq = int(r["seq_len"])
+            precision = "fp8" if "fp8" in prec_txt else "bf16"
+            gpu = _H100_96 if h100 or "H100" in r.get("gpu", "") else get_gpu("A100-SXM4-80GB")
+            nic = 3200.0 if gpu is _H100_96 else 1600.0
+            dp = gpus // (tp * pp)
+            # torchtitan's local batch is per data-parallel rank; with PP it is split into
+            # micro-batches of 1 (its default), otherwise one micro-batch.
+            mb = 1 if pp > 1 else lb
+            try:
+                tok, _, feasible = _run(model, seq, precision, gpu, gpus, nic, tp, pp,
+                                        2 if "interleaved" in par else 1, mb, lb * dp,
+                                        _ac(r["activation_ckpt"]), True, profiles)
+            except (HetplanError, KeyError, ValueError) as exc:
+                rows.append(Row(label, measured, None, used=False, note=str(exc)))
+                continue
+            plain = precision == "bf16" and "compile" not in prec_txt
+            note = "" if plain else "torch.compile / float8 not modelled"
+            rows.append(Row(label, measured, tok, feasible=feasible, used=plain,
+                            note=note + ("" if feasible else " (no FSDP param sharding: OOM)")))
+    return rows
+
+
+def _nemo(path: Path, profiles: ProfileSet) -> list[Row]:
+    """NeMo 24.07 on DGX-H100 (8 × 400 Gb/s per node), FP8, as its performance table lists."""
+    rows = []
+    h100 = get_gpu("H100-SXM5-80GB")
+    with path.open(newline="") as fh:
+        for r in csv.DictReader(fh):
+            tp, pp, cp, vp = (int(r[k]) for k in ("tp", "pp", "cp", "vp"))
+            label = f"{r['model']} {r['gpus']} GPUs tp{tp} pp{pp} cp{cp} vp{vp}"
+            measured = float(r["tokens_per_s_per_gpu"])
+            if r["model"] not in MODELS:
+                rows.append(Row(label, measured, None, used=False, note="model shape not known"))
+                continue
+            if cp > 1:
+                rows.append(Row(label, measured, None, used=False,
+                                note="context parallelism not modelled"))
+                continue
+            try:
+                tok, _, feasible = _run(r["model"], int(r["seq"]), "fp8", h100, int(r["gpus"]),
+                                        3200.0, tp, pp, vp, int(r["mbs"]), int(r["gbs"]), "none",
+                                        False, profiles)
+            except (HetplanError, KeyError, ValueError) as exc:
+                rows.append(Row(label, measured, None, used=False, note=str(exc)))
+                continue
+            rows.append(Row(label, measured, tok, feasible=feasible))
+    return rows
+
+
+def _llama3(path: Path, profiles: ProfileSet) -> list[Row]:
+    """Llama 3 405B pre-training (Dubey et al. 2024, Table 4): bf16 model TFLOP/s per GPU;
+    H100 SXM, 8 per node, 400 Gb/s RoCE per GPU; interleaved pipeline (the paper's schedule)."""
+    rows = []
+    h100 = get_gpu("H100-SXM5-80GB")
+    with path.open(newline="") as fh:
+        for r in csv.DictReader(fh):
+            tp, cp, pp, dp = (int(r[k]) for k in ("tp", "cp", "pp", "dp"))
+            label = f"{r['gpus']} GPUs tp{tp} cp{cp} pp{pp} dp{dp} seq {r['seq_len']}"
+            measured = float(r["tflops_per_gpu"])
+            if cp > 1:
+                rows.append(Row(label, measured, None, used=False,
+                                note="context parallelism not modelled"))
+                continue
+            mbs = int(r["batch_per_dp"])
+            try:
+                _, tflops, feasible = _run("Llama3.1-405B", int(r["seq_len"]), "bf16", h100,
+                                           int(r["gpus"]), 3200.0, tp, pp, 2, 1, mbs * dp, "none",
+                                           False, profiles)
+            except (HetplanError, KeyError, ValueError) as exc:
+                rows.append(Row(label, measured, None, used=False, note=str(exc)))
+                continue
+            rows.append(Row(label, measured, tflops, feasible=feasible))
+    return rows
+
+
+# Historic runs with a published parallel layout (historic_runs.csv); model TFLOP/s per GPU.
+# BLOOM: TP4 PP12 DP8 on 48 nodes of 8 A100 80GB, 4 × 100 Gb/s Omni-Path per node, micro-batch
+# 2, GBS 2048 (BigScience training README). MT-NLG: TP8 PP35 on DGX A100 (8 × 200 Gb/s HDR),
+# micro-batch 1, GBS 1920 (Smith et al. 2022, §2.4). Other rows lack a layout we can model.
+_HISTORIC = [
+    ("BLOOM-176B TP4 PP12 DP8, 384 A100", "BLOOM-176B", 384, 400.0, 4, 12, 2, 2048, 150.0),
+    ("MT-NLG 530B TP8 PP35 DP8, 2240 A100", "MT-NLG-530B", 2240, 1600.0, 8, 35, 1, 1920, 126.0),
+    ("MT-NLG 530B TP8 PP35 DP10, 2800 A100", "MT-NLG-530B", 2800, 1600.0, 8, 35, 1, 1920, 121.0),
+    ("MT-NLG 530B TP8 PP35 DP12, 3360 A100", "MT-NLG-530B", 3360, 1600.0, 8, 35, 1, 1920, 113.0),
+]
+
+
+def _historic(profiles: ProfileSet) -> list[Row]:
+    rows = []
+    a100 = get_gpu("A100-SXM4-80GB")
+    for label, model, gpus, nic, tp, pp, mb, gbs, measured in _HISTORIC:
+        try:
+            _, tflops, feasible = _run(model, 2048, "bf16", a100, gpus, nic, tp, pp, 1, mb, gbs,
+                                       "none", False, profiles)
+        except (HetplanError, KeyError, ValueError) as exc:
+            rows.append(Row(label, measured, None, used=False, note=str(exc)))
+            continue
+        rows.append(Row(label, measured, tflops, feasible=feasible))
+    return rows
+
+
+def large_run_reports(data_dir: Path, profiles: ProfileSet) -> list[FileReport]:
+    target = "throughput within 10 %"
+    out = []
+    for name, fn in (("torchtitan_a100.csv", lambda p: _torchtitan(p, profiles, False)),
+                     ("torchtitan_h100.csv", lambda p: _torchtitan(p, profiles, True)),
+                     ("nemo_h100.csv", lambda p: _nemo(p, profiles)),
+                     ("llama3_405b.csv", lambda p: _llama3(p, profiles))):
+        path = data_dir / name
+        if path.exists():
+            quantity = "TFLOP/s/GPU" if name.startswith("llama3") else "tokens/s/GPU"
+            out.append(summarise(name, "all", quantity, fn(path), target,
+                                 lower_is_better=False))
+    if (data_dir / "historic_runs.csv").exists():
+        out.append(summarise("historic_runs.csv", "all", "TFLOP/s/GPU", _historic(profiles),
+                             target, lower_is_better=False))
+    return out
