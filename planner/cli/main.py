@@ -25,6 +25,7 @@ def _register() -> None:
     from planner.cli import (  # noqa: F401
         cmd_compare,
         cmd_demo,
+        cmd_estimate,
         cmd_gpus,
         cmd_inspect,
         cmd_models,

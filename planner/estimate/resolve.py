@@ -35,9 +35,9 @@ def resolve_model(model: Any, plan: Plan | None = None) -> tuple[LayerGraph, str
         spec = model if model is not None else (plan.model if plan is not None else None)
         if spec is None:
             raise SpecError("plan", "model", "no model given and the plan embeds none")
-        from planner.graph import load_model  # the graph builder imports torch: load lazily
+        from planner.graph import ModelSpec, load_model  # imports torch: load lazily
 
-        source = load_model(spec)
+        source = load_model(ModelSpec.from_dict(spec, where="plan: model"))
     graph = source if isinstance(source, LayerGraph) else getattr(source, "graph", None)
     if graph is None and isinstance(getattr(source, "layers", None), LayerGraph):
         graph = source.layers
@@ -56,6 +56,8 @@ def resolve_cluster(cluster: Any, plan: Plan | None = None) -> Cluster:
     spec = cluster if cluster is not None else (plan.cluster if plan is not None else None)
     if spec is None:
         raise SpecError("plan", "cluster", "no cluster given and the plan embeds none")
-    from planner.cluster import load_cluster
+    from planner.cluster import cluster_from_dict, load_cluster
 
+    if isinstance(spec, dict):
+        return cluster_from_dict(spec, "plan: cluster")
     return load_cluster(spec)

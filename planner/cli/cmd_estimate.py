@@ -1,0 +1,133 @@
+"""`hetplan estimate`: the cost of a plan the user wrote (Megatron-style flags or a plan file).
+
+    hetplan estimate MODEL CLUSTER --tp 4 --pp 2 --dp 2 --micro-batch 2 --global-batch 64
+    hetplan estimate PLAN.json [--json]
+
+With flags, ranks follow Megatron's order over the cluster file's nodes (TP fastest, then DP,
+then PP). Prints iteration time, throughput, MFU, cost and per-stage time and memory.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from planner.cli.main import app
+from planner.cli.output import console, print_json
+from planner.errors import HetplanError
+
+__all__ = ["estimate"]
+
+
+def _layers(text: str | None) -> list[int] | None:
+    if text is None:
+        return None
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise HetplanError(f"--layers-per-stage {text!r}: expected comma-separated integers "
+                           "such as 3,9,9,5") from None
+
+
+def _from_flags(model_arg: str, cluster_arg: str, opts: dict[str, Any]) -> tuple[Any, Any, Any]:
+    from planner.cluster import load_cluster
+    from planner.estimate import megatron_plan
+    from planner.graph import load_model
+
+    model = load_model(model_arg)
+    cluster = load_cluster(cluster_arg)
+    tp, pp = opts["tp"], opts["pp"]
+    dp = opts["dp"] or max(1, cluster.world_size // (tp * pp))
+    gbs = opts["global_batch"] or (model.spec.training.global_batch_size
+                                   if model.spec is not None else None)
+    if gbs is None:
+        raise HetplanError(f"model {model.name} gives no global batch size; pass --global-batch")
+    plan = megatron_plan(
+        model, cluster, tp=tp, pp=pp, dp=dp, micro_batch=opts["micro_batch"], global_batch=gbs,
+        recompute=opts["recompute"], sequence_parallel=opts["sequence_parallel"],
+        schedule=opts["schedule"], virtual_stages=opts["virtual_stages"],
+        layers_per_stage=_layers(opts["layers_per_stage"]), zero1=opts["zero1"])
+    return model, cluster, plan
+
+
+def _table(est: Any, title: str) -> Table:
+    t = Table(title=title)
+    for col in ("pipe", "stage", "GPU", "TP", "layers", "fwd ms", "bwd ms", "memory GiB"):
+        t.add_column(col, justify="right" if col not in ("GPU", "layers") else "left")
+    for s in est.stages:
+        mem = f"{s.peak_memory_gib:.1f} / {s.memory_capacity_gib:.0f}"
+        if s.peak_memory_gib > s.memory_capacity_gib:
+            mem = f"[red]{mem}[/red]"
+        t.add_row(str(s.pipeline), str(s.stage), s.gpu, str(s.tp),
+                  f"[{s.layers[0]}, {s.layers[1]})", f"{s.fwd_ms:.2f}", f"{s.bwd_ms:.2f}", mem)
+    return t
+
+
+@app.command()
+def estimate(
+    model_or_plan: Annotated[str, typer.Argument(help="Model (zoo name / YAML / config.json) "
+                                                 "or a plan JSON.")],
+    cluster: Annotated[str | None, typer.Argument(help="Cluster (name or YAML); not with a "
+                                                  "plan file.")] = None,
+    tp: Annotated[int, typer.Option("--tp", help="Tensor-parallel degree.")] = 1,
+    pp: Annotated[int, typer.Option("--pp", help="Pipeline stages.")] = 1,
+    dp: Annotated[int | None, typer.Option("--dp", help="Data-parallel degree "
+                                           "(default: all GPUs).")] = None,
+    micro_batch: Annotated[int, typer.Option("--micro-batch", help="Sequences per "
+                                             "micro-batch.")] = 1,
+    global_batch: Annotated[int | None, typer.Option("--global-batch", help="Sequences per "
+                                                     "iteration (default: the model spec's).")
+                            ] = None,
+    recompute: Annotated[str, typer.Option("--recompute", help="none | selective | full.")
+                         ] = "none",
+    sequence_parallel: Annotated[bool, typer.Option("--sequence-parallel")] = False,
+    schedule: Annotated[str, typer.Option("--schedule", help="1f1b | gpipe | interleaved.")
+                        ] = "1f1b",
+    virtual_stages: Annotated[int, typer.Option("--virtual-stages", help="Chunks per stage "
+                                                "(interleaved).")] = 1,
+    layers_per_stage: Annotated[str | None, typer.Option(
+        "--layers-per-stage", help="Layers per chunk incl. embedding and head, e.g. 3,9,9,5.")
+    ] = None,
+    zero1: Annotated[bool, typer.Option("--zero1", help="Shard optimizer state over DP.")
+                     ] = False,
+    no_profiles: Annotated[bool, typer.Option("--no-profiles", help="Analytic model only.")
+                           ] = False,
+    json_out: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+) -> None:
+    """Predict iteration time, throughput, MFU, $ and per-stage memory of a given plan."""
+    from cost_models.profiles import ProfileSet
+    from planner.estimate import estimate as run_estimate
+    from planner.plan import Plan
+
+    if recompute not in ("none", "selective", "full"):
+        raise HetplanError(f"--recompute {recompute!r}: use none, selective or full")
+    if schedule not in ("1f1b", "gpipe", "interleaved"):
+        raise HetplanError(f"--schedule {schedule!r}: use 1f1b, gpipe or interleaved")
+    profiles = ProfileSet() if no_profiles else None
+    if model_or_plan.endswith(".json") and cluster is None:
+        plan = Plan.load(model_or_plan)
+        est = run_estimate(None, None, plan, profiles=profiles)
+        title = f"{plan.model.get('name', 'model')} on {plan.cluster.get('name', 'cluster')}"
+    else:
+        if cluster is None:
+            raise HetplanError("estimate needs MODEL CLUSTER and flags, or a PLAN.json")
+        model, cl, plan = _from_flags(model_or_plan, cluster, {
+            "tp": tp, "pp": pp, "dp": dp, "micro_batch": micro_batch,
+            "global_batch": global_batch, "recompute": recompute,
+            "sequence_parallel": sequence_parallel, "schedule": schedule,
+            "virtual_stages": virtual_stages, "layers_per_stage": layers_per_stage,
+            "zero1": zero1})
+        est = run_estimate(model, cl, plan, profiles=profiles)
+        title = f"{model.name} on {cl.name}"
+    if json_out:
+        print_json(est.to_dict())
+        return
+    console.print(_table(est, title))
+    price = ("" if est.usd_per_hour is None else
+             f", ${est.usd_per_hour:.2f}/h, ${est.usd_per_million_tokens:.3f} per 1M tokens")
+    console.print(f"iteration {est.iteration_time_s:.4f} s, {est.tokens_per_s:,.0f} tokens/s, "
+                  f"MFU {100 * est.mfu:.1f} %, bubble {100 * est.bubble_fraction:.1f} %{price}")
+    for problem in est.problems:
+        console.print(f"[red]infeasible:[/red] {problem}")
