@@ -30,6 +30,7 @@ def _register() -> None:
         cmd_inspect,
         cmd_models,
         cmd_simulate,
+        cmd_validate,
         cmd_whatif,
     )
 

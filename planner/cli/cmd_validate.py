@@ -1,0 +1,67 @@
+"""`hetplan validate [--data-dir DIR] [--rows] [--json]`: the cost model's accuracy report.
+
+Runs every measured plan in ../shared/data (relative to the repository root) through
+`estimate`, once with the analytic model alone and once with the shipped profiles, and prints
+per file MAPE, Spearman rank correlation and top-1 regret (and with --rows every row).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from planner.cli.main import app
+from planner.cli.output import console, print_json
+
+__all__ = ["validate"]
+
+
+def _fmt(x: float, pct: bool = False) -> str:
+    if math.isnan(x):
+        return "-"
+    return f"{x:.1f} %" if pct else f"{x:.3f}"
+
+
+@app.command()
+def validate(
+    data_dir: Annotated[Path | None, typer.Option(
+        "--data-dir", help="Folder of measurement CSVs (default: ../shared/data).")] = None,
+    rows: Annotated[bool, typer.Option("--rows", help="Print every row.")] = False,
+    json_out: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+) -> None:
+    """Accuracy of `estimate` on public measurements: MAPE, Spearman, top-1 regret per file."""
+    from planner.estimate.validation import default_data_dir, run_all
+
+    folder = data_dir or default_data_dir()
+    if not folder.is_dir():
+        print(f"no measurement data at {folder}; pass --data-dir")
+        return
+    results = run_all(folder)
+    if json_out:
+        print_json({mode: [r.to_dict() for r in reps] for mode, reps in results.items()})
+        return
+    for mode, reps in results.items():
+        t = Table(title=f"accuracy ({mode})")
+        for col in ("file", "group", "rows", "quantity", "MAPE", "Spearman", "top-1 regret",
+                    "target"):
+            t.add_column(col)
+        for r in reps:
+            t.add_row(r.file, r.group, str(r.counted), r.quantity, _fmt(r.mape_pct, True),
+                      _fmt(r.spearman), _fmt(r.top1_regret_pct, True), r.target)
+        console.print(t)
+        if rows:
+            for r in reps:
+                rt = Table(title=f"{r.file} [{r.group}] ({mode})")
+                for col in ("row", "measured", "predicted", "error", "note"):
+                    rt.add_column(col)
+                for x in r.rows:
+                    err = ("-" if x.measured is None or x.predicted is None
+                           else f"{100 * (x.predicted - x.measured) / x.measured:+.1f} %")
+                    rt.add_row(x.label, "-" if x.measured is None else f"{x.measured:g}",
+                               "-" if x.predicted is None else f"{x.predicted:.4g}", err,
+                               ("" if x.used else "not counted: ") + x.note)
+                console.print(rt)
