@@ -13,6 +13,10 @@ examples/ds_pretrain_gpt2_profile.sh: BATCHSIZE=1, --fp16), for the embedding, t
 transformer layer, and head units 28 (logits) and 29 (loss), at TP 1, 2, 4. Backward is
 written as 2 × forward (backward GEMMs do twice the forward's FLOPs; AMP's own assumption).
 Units 26-27 (final norm) are not in the file and count as part of the head row's 28 + 29.
+Only the TP-1 rows are written: AMP's own measured T4 plans contradict its TP-2/4 rows (with
+them every TP-2 plan is over-predicted by 1.2-1.3x and every TP-4 plan by 1.3-1.5x, while the
+TP-1 plans land within 0.85-1.1x); from TP-1 rows the estimate scales to TP 2/4 with the
+analytic compute and PCIe all-reduce model (docs/cost-model.md, "AMP profiles").
 """
 
 from __future__ import annotations
@@ -65,6 +69,8 @@ def convert_amp(src: Path) -> list[dict[str, object]]:
     out: list[dict[str, object]] = []
     with src.open(newline="") as fh:
         for rec in csv.DictReader(fh):
+            if int(rec["tp(mp)"]) != 1:
+                continue
             gpu = _gpu_name(_AMP_GPUS[rec["gpu"]])
             head = float(rec["logits_layer_fwd_ms(idx28)"]) + float(rec["idx29_fwd_ms"])
             for kind, fwd in (("embedding", float(rec["embed_fwd_ms"])),

@@ -125,22 +125,28 @@ def _layer_costs(layer: Layer, graph: LayerGraph, gpu: GpuSpec, tp: int, mb: int
     comm = layer.tp_allreduces_fwd * allreduce_s(b * layer.tp_allreduce_bytes, t, link)
     update = adam_step_s(params, gpu)
     fwd, bwd = fwd + comm, bwd_act + bwd_w + comm
-    prof = profiles.lookup(gpu.name, graph.name, layer.matmul_dim, graph.seq_len, layer.kind,
-                           t, precision, b) if len(profiles) else None
+    prof, prof_tp = None, t
+    if len(profiles):
+        prof = profiles.lookup(gpu.name, graph.name, layer.matmul_dim, graph.seq_len,
+                               layer.kind, t, precision, b)
+        if prof is None and t > 1:  # measured at TP 1 only: scale to TP t with the physics
+            prof_tp = 1
+            prof = profiles.lookup(gpu.name, graph.name, layer.matmul_dim, graph.seq_len,
+                                   layer.kind, 1, precision, b)
     if prof is not None:
-        # Measured times already include the TP communication of the framework they came from.
-        # Outside the measured micro-batch range, scale by the analytic model's ratio.
+        # Measured times include the TP communication of the framework they came from. Away
+        # from the measured (micro-batch, TP), scale by the analytic model's ratio.
         w_share = bwd_w / bwd if bwd > 0 else 0.0
         f_scale = b_scale = 1.0
-        if prof.micro_batch != b:
-            ref = _layer_costs(layer, graph, gpu, tp, prof.micro_batch, "none", precision, sp,
-                               link, _NO_PROFILES)
+        if prof.micro_batch != b or prof_tp != t:
+            ref = _layer_costs(layer, graph, gpu, prof_tp, prof.micro_batch, "none", precision,
+                               sp, link, _NO_PROFILES)
             f_scale = fwd / ref[0] if ref[0] > 0 else b / prof.micro_batch
             b_scale = bwd / ref[1] if ref[1] > 0 else b / prof.micro_batch
         fwd, bwd = prof.fwd_ms / 1e3 * f_scale, prof.bwd_ms / 1e3 * b_scale
         bwd_w = bwd * w_share
         if prof.update_ms is not None:
-            update = prof.update_ms / 1e3
+            update = prof.update_ms / 1e3 * (prof_tp / t)
     # Recomputation re-runs work inside the backward pass.
     if recompute == "full":
         bwd += fwd
