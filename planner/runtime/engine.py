@@ -1,0 +1,186 @@
+"""One rank's share of a plan: its chunks, groups and channel, and the train step.
+
+`Runner` is built on every rank after the default process group exists. A step runs the
+rank's action list (see schedule.py), reduces gradients (grads.py) and steps the optimizer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from planner.plan.schema import Plan
+from planner.runtime.comm import Channel, MessageId, make_groups
+from planner.runtime.grads import sync_gradients, sync_rules
+from planner.runtime.schedule import Action, pipeline_actions
+from planner.runtime.stage import (
+    ChunkModule,
+    ParamKey,
+    apply_recompute,
+    apply_tp,
+    chain_of,
+    loss_of,
+    param_keys,
+)
+from planner.runtime.topology import (
+    Chunk,
+    backward_peers,
+    chunk,
+    forward_peers,
+    rank_view,
+    tp_groups,
+)
+
+__all__ = ["Runner", "make_optimizer"]
+
+
+def make_optimizer(params: list[torch.nn.Parameter], name: str, lr: float) -> torch.optim.Optimizer:
+    """AdamW (weight decay 0.01) or plain SGD; the single-process reference uses the same."""
+    if name in ("adam", "adamw"):
+        return torch.optim.AdamW(params, lr=lr, weight_decay=0.01, foreach=False)
+    if name == "sgd":
+        return torch.optim.SGD(params, lr=lr)
+    raise ValueError(f"optimizer {name!r}: use adamw or sgd")
+
+
+def _actions(plan: Plan, pipeline: int) -> list[list[Action]]:
+    pipe = plan.pipelines[pipeline]
+    groups = len(pipe.stages) // plan.virtual_stages
+    return pipeline_actions(plan.schedule, groups, plan.virtual_stages, pipe.microbatches)
+
+
+def _sends(plan: Plan, rank: int) -> list[tuple[int, MessageId]]:
+    """(destination, message) for everything `rank` sends in one step, in send order."""
+    view = rank_view(plan, rank)
+    last = view.num_chunks - 1
+    out = []
+    for kind, v, m in _actions(plan, view.pipeline)[view.group]:
+        c = view.chunks[v].index
+        here = view.chunks[v]
+        if kind == "F" and c < last:
+            nxt = chunk(plan, view.pipeline, c + 1)
+            out += [(d, ("F", c, m)) for d in forward_peers(here, nxt, rank)]
+        elif kind == "B" and c > 0:
+            prev = chunk(plan, view.pipeline, c - 1)
+            out += [(d, ("B", c, m)) for d in backward_peers(prev, here, rank)]
+    return out
+
+
+class Runner:
+    """This rank's chunks of the model, ready to run train steps of the plan."""
+
+    def __init__(self, plan: Plan, rank: int, to_torch: dict[int, int], model: Any,
+                 device: torch.device, *, optimizer: str = "adamw", lr: float = 1e-3) -> None:
+        self.plan, self.rank, self.device = plan, rank, device
+        self.view = view = rank_view(plan, rank)
+        chain = chain_of(model)
+        self.loss_fn = loss_of(model)
+        key_of, elements = param_keys(chain)
+        rules = sync_rules(plan, elements)
+
+        # Collective: every rank creates every group in one order.
+        wanted = list(tp_groups(plan)) + [g for r in rules.values() for g in r.groups()]
+        self.groups = make_groups(wanted, to_torch, rank)
+        my_tp = self.view.chunks[0].ranks
+        self.tp_group = self.groups.get(my_tp)
+        mesh = None
+        if len(my_tp) > 1:
+            from torch.distributed.device_mesh import DeviceMesh
+
+            mesh = DeviceMesh.from_group(self.tp_group, device.type)
+
+        last = len(chain) - 1
+        self.chunks: list[ChunkModule] = []
+        for ch in view.chunks:
+            elems = chain[ch.layers[0]:ch.layers[1]]
+            for e, m in zip(range(*ch.layers), elems, strict=True):
+                m.to(device)
+                if 0 < e < last:
+                    if mesh is not None:
+                        apply_tp(m, mesh, f"pipelines.{ch.pipeline}.stages.{ch.index} layer {e}")
+                    apply_recompute(m, ch.recompute)
+            self.chunks.append(ChunkModule(ch.index, ch.layers[0], elems))
+
+        # Parameters are named after TP (which swaps in DTensor parameters, same names);
+        # a tied weight held twice on this rank is one parameter under one key.
+        local: dict[ParamKey, torch.nn.Parameter] = {}
+        for ch in view.chunks:
+            for e in range(*ch.layers):
+                for name, p in chain[e].named_parameters():
+                    local.setdefault(key_of[(e, name)], p)
+        self.params = sorted(local.items(), key=lambda kp: kp[0])
+        self.rules = rules
+        self.optimizer = make_optimizer([p for _, p in self.params], optimizer, lr)
+
+        inbound: dict[int, list[MessageId]] = {}
+        peers = {r for ch in view.chunks for c in (ch.index - 1, ch.index + 1)
+                 if 0 <= c < view.num_chunks for r in chunk(plan, view.pipeline, c).ranks}
+        for src in sorted(peers):
+            order = [msg for dst, msg in _sends(plan, src) if dst == rank]
+            if order:
+                inbound[src] = order
+        self.channel = Channel(rank, to_torch, device, inbound)
+        self.actions = _actions(plan, view.pipeline)[view.group]
+
+    def _chunk(self, c: int) -> Chunk:
+        return chunk(self.plan, self.view.pipeline, c)
+
+    def forward_backward(self, inputs: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """Run the schedule on this pipeline's slice of the global batch; returns the summed
+        (already 1/total-scaled) loss of micro-batches this rank finished, 0 elsewhere."""
+        view, mbs = self.view, self.plan.micro_batch_size
+        lo = view.microbatch_offset * mbs
+        ins = inputs[lo:lo + view.microbatches * mbs].to(self.device).split(mbs)
+        labs = labels[lo:lo + view.microbatches * mbs].to(self.device).split(mbs)
+        last = view.num_chunks - 1
+        saved: dict[tuple[int, int], tuple[torch.Tensor | None, torch.Tensor]] = {}
+        loss_sum = torch.zeros((), device=self.device)
+        self.channel.start_step()
+        for kind, v, m in self.actions:
+            here = view.chunks[v]
+            c = here.index
+            if kind == "F":
+                if c == 0:
+                    x = None
+                    out = self.chunks[v](ins[m])
+                else:
+                    src = forward_peers(self._chunk(c - 1), here, self.rank)[0]
+                    x = self.channel.recv(("F", c - 1, m), src).requires_grad_()
+                    out = self.chunks[v](x)
+                if c == last:
+                    out = self.loss_fn(out, labs[m]) / view.total_microbatches
+                    loss_sum += out.detach()
+                else:
+                    for dst in forward_peers(here, self._chunk(c + 1), self.rank):
+                        self.channel.send(("F", c, m), out, dst)
+                saved[(v, m)] = (x, out)
+                continue
+            x, out = saved.pop((v, m))
+            if c == last:
+                torch.autograd.backward(out)
+            else:
+                src = backward_peers(here, self._chunk(c + 1), self.rank)[0]
+                torch.autograd.backward(out, self.channel.recv(("B", c + 1, m), src))
+            if x is not None:
+                for dst in backward_peers(self._chunk(c - 1), here, self.rank):
+                    self.channel.send(("B", c, m), x.grad, dst)
+        self.channel.finish_step()
+        if not (view.chunks[-1].index == last and view.tp_index == 0):
+            loss_sum.zero_()
+        return loss_sum
+
+    def train_step(self, inputs: torch.Tensor, labels: torch.Tensor,
+                   before_update: Callable[[Runner], None] | None = None) -> float:
+        """One iteration: schedule, gradient sync, optimizer step. Returns the global loss."""
+        self.optimizer.zero_grad(set_to_none=True)
+        loss = self.forward_backward(inputs, labels)
+        with torch.no_grad():
+            sync_gradients(self.params, self.rules, self.rank, self.view.chunks[0].tp, self.groups)
+        dist.all_reduce(loss)
+        if before_update is not None:
+            before_update(self)
+        self.optimizer.step()
+        return float(loss)

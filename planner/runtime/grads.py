@@ -1,0 +1,101 @@
+"""Gradient sync across pipelines (data parallelism) and across tied copies.
+
+Each step's loss is the mean over all micro-batches of all pipelines, so every micro-batch's
+loss is already scaled by 1 / (total micro-batches): a pipeline's gradient carries its batch
+share, and the global gradient is the plain SUM over the pipelines that hold a parameter
+(plus, for a tied embedding, over the stage holding the embedding and the one holding the head).
+
+Who holds a parameter: one TP group per pipeline (two for a tied weight split across stages).
+- Every holder group has the same TP degree: each TP rank all-reduces its local shard with
+  the ranks at the same TP index in the other groups (Megatron's DP all-reduce).
+- TP degrees differ (heterogeneous pipelines): shards do not line up, so each rank gathers the
+  full gradient in its TP group, contributes full / tp to an all-reduce over every holder
+  rank (the tp copies of a group add up to one), and keeps its own slice of the sum.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+from torch.distributed.tensor import DTensor, distribute_tensor
+
+from planner.plan.schema import Plan
+from planner.runtime.stage import ParamKey
+from planner.runtime.topology import element_holders
+
+__all__ = ["SyncRule", "sync_gradients", "sync_rules"]
+
+
+@dataclass(frozen=True)
+class SyncRule:
+    """How one parameter's gradient is reduced."""
+
+    holders: tuple[tuple[int, ...], ...]
+    """The TP groups holding the parameter (over all pipelines and tied copies), sorted."""
+
+    @property
+    def uniform(self) -> bool:
+        return len({len(g) for g in self.holders}) == 1
+
+    def groups(self) -> list[tuple[int, ...]]:
+        """Every all-reduce group this rule can use (on any rank)."""
+        if self.uniform:
+            return [tuple(sorted(g[i] for g in self.holders)) for i in range(len(self.holders[0]))]
+        return [tuple(sorted({r for g in self.holders for r in g}))]
+
+    def group_for(self, rank: int) -> tuple[int, ...]:
+        for g in self.groups():
+            if rank in g:
+                return g
+        raise ValueError(f"rank {rank} does not hold this parameter")
+
+
+def sync_rules(plan: Plan, elements: dict[ParamKey, tuple[int, ...]]) -> dict[ParamKey, SyncRule]:
+    out = {}
+    for key, elems in elements.items():
+        holders = sorted({g for e in elems for g in element_holders(plan, e)})
+        out[key] = SyncRule(tuple(holders))
+    return out
+
+
+def _full(grad: torch.Tensor) -> torch.Tensor:
+    return grad.full_tensor() if isinstance(grad, DTensor) else grad
+
+
+def _local(grad: torch.Tensor) -> torch.Tensor:
+    return grad.to_local() if isinstance(grad, DTensor) else grad
+
+
+def sync_gradients(params: list[tuple[ParamKey, torch.nn.Parameter]],
+                   rules: dict[ParamKey, SyncRule], rank: int, tp: int,
+                   groups: dict[tuple[int, ...], dist.ProcessGroup]) -> None:
+    """Reduce this rank's gradients in place. `params` in key order, the same on a TP group."""
+    buckets: dict[tuple[int, ...], list[tuple[torch.nn.Parameter, torch.Tensor, bool]]] = {}
+    for key, p in params:
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
+        rule = rules[key]
+        group = rule.group_for(rank)
+        if len(group) == 1:
+            continue
+        # The gather (a TP collective) runs here, in the same order on every TP rank.
+        flat = _local(p.grad) if rule.uniform else _full(p.grad) / tp
+        buckets.setdefault(group, []).append((p, flat, rule.uniform))
+    # One all-reduce per group, groups in one global order, so no two ranks wait crosswise.
+    for group in sorted(buckets):
+        items = buckets[group]
+        flat = torch.cat([t.reshape(-1) for _, t, _ in items])
+        dist.all_reduce(flat, group=groups[group])
+        offset = 0
+        for p, t, uniform in items:
+            piece = flat[offset:offset + t.numel()].view_as(t)
+            offset += t.numel()
+            if not isinstance(p.grad, DTensor):
+                p.grad.copy_(piece)
+            elif uniform:
+                p.grad.to_local().copy_(piece)
+            else:
+                p.grad = distribute_tensor(piece, p.grad.device_mesh, p.grad.placements,
+                                           src_data_rank=None)

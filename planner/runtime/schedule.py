@@ -1,0 +1,105 @@
+"""Pipeline schedules as per-rank action lists, and a check that they cannot deadlock.
+
+An action is (kind, v, m): kind "F" or "B", v the rank's local chunk (global chunk s + v·S),
+m the micro-batch within the pipeline. Sends are asynchronous and receives block, so a set of
+lists runs to completion exactly when the dependency simulation in `check_deadlock_free` does.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+__all__ = ["Action", "actions_for", "check_deadlock_free", "pipeline_actions"]
+
+Action = tuple[Literal["F", "B"], int, int]
+
+
+def _forward_order(num_groups: int, virtual: int, microbatches: int) -> list[tuple[int, int]]:
+    # Megatron's interleaved order: micro-batches in groups of S, each group through chunk 0,
+    # then chunk 1, ... (V = 1 reduces to plain micro-batch order).
+    out = []
+    for start in range(0, microbatches, num_groups):
+        group = range(start, min(start + num_groups, microbatches))
+        for v in range(virtual):
+            out.extend((v, m) for m in group)
+    return out
+
+
+def _backward_order(num_groups: int, virtual: int, microbatches: int) -> list[tuple[int, int]]:
+    out = []
+    for start in range(0, microbatches, num_groups):
+        group = range(start, min(start + num_groups, microbatches))
+        for v in reversed(range(virtual)):
+            out.extend((v, m) for m in group)
+    return out
+
+
+def _one_f_one_b(fwd: list[tuple[int, int]], bwd: list[tuple[int, int]],
+                 warmup: int) -> list[Action]:
+    warmup = min(warmup, len(fwd))
+    out: list[Action] = [("F", v, m) for v, m in fwd[:warmup]]
+    f, b = warmup, 0
+    while f < len(fwd):
+        out.append(("F", *fwd[f]))
+        f += 1
+        out.append(("B", *bwd[b]))
+        b += 1
+    out.extend(("B", v, m) for v, m in bwd[b:])
+    return out
+
+
+def actions_for(schedule: str, group: int, num_groups: int, virtual: int, microbatches: int,
+                warmup_extra: int = 0) -> list[Action]:
+    """The action list of device group `group` (0-based) of a pipeline."""
+    fwd = _forward_order(num_groups, virtual, microbatches)
+    bwd = _backward_order(num_groups, virtual, microbatches)
+    if schedule == "gpipe":
+        return [("F", v, m) for v, m in fwd] + [("B", v, m) for v, m in bwd]
+    if schedule in ("1f1b", "interleaved") and virtual == 1:
+        return _one_f_one_b(fwd, bwd, num_groups - group - 1 + warmup_extra)
+    if schedule == "interleaved":
+        warm = (num_groups - group - 1) * 2 + (virtual - 1) * num_groups
+        return _one_f_one_b(fwd, bwd, warm + warmup_extra)
+    raise ValueError(f"schedule {schedule!r} with {virtual} virtual stages is not supported")
+
+
+def check_deadlock_free(lists: list[list[Action]], virtual: int) -> bool:
+    """Simulate one pipeline (lists[s] for device group s); True when every action can run.
+
+    F of global chunk c needs F of chunk c-1 for that micro-batch; B of chunk c needs B of
+    chunk c+1. Chunk c lives on group c % S as local chunk c // S.
+    """
+    groups = len(lists)
+    last = groups * virtual - 1
+    done: set[tuple[str, int, int]] = set()
+    pos = [0] * groups
+    progressed = True
+    while progressed:
+        progressed = False
+        for s in range(groups):
+            while pos[s] < len(lists[s]):
+                kind, v, m = lists[s][pos[s]]
+                c = s + v * groups
+                need = (("F", c - 1, m) if c > 0 else None) if kind == "F" else (
+                    ("B", c + 1, m) if c < last else None)
+                if need is not None and need not in done:
+                    break
+                done.add((kind, c, m))
+                pos[s] += 1
+                progressed = True
+    return all(pos[s] == len(lists[s]) for s in range(groups))
+
+
+def pipeline_actions(schedule: str, num_groups: int, virtual: int,
+                     microbatches: int) -> list[list[Action]]:
+    """Action lists of every device group of one pipeline, checked to run to completion.
+
+    Megatron's warm-up counts assume the micro-batches divide into groups of S; when they do
+    not, the warm-up grows until the simulation completes (all-forward-first always does).
+    """
+    for extra in range(virtual * microbatches + 1):
+        lists = [actions_for(schedule, s, num_groups, virtual, microbatches, extra)
+                 for s in range(num_groups)]
+        if check_deadlock_free(lists, virtual):
+            return lists
+    raise AssertionError("all-forward-first schedule failed the deadlock check")  # unreachable
