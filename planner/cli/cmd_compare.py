@@ -11,6 +11,7 @@ from typing import Annotated, Any
 
 import typer
 from rich import box
+from rich.console import Console
 from rich.table import Table
 
 from planner.cli.main import app
@@ -66,7 +67,9 @@ def compare(
     if json_out:
         print_json([r.to_dict() for r in rows])
         return
-    console.print(_table(rows, _model_name(graph, model), train_tokens))
+    # Wider than a pipe's default 80 columns: GPU names and money are not cut.
+    Console(file=console.file, width=max(console.width, 150)).print(
+        _table(rows, _model_name(graph, model), train_tokens))
     for r in rows:
         if not r.feasible:
             console.print(f"[yellow]{r.cluster}[/]: no plan: {r.problem}")
@@ -83,10 +86,11 @@ def _table(rows: list[Any], model: str, train_tokens: float | None) -> Table:
     table = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False)
     cols = ["#", "cluster", "tokens/s", "iter s", "MFU", "$/h", "$/1M tok"]
     if train_tokens:
-        cols += [f"time {train_tokens:.3g} tok", "cost"]
+        cols += [f"time for {_count(train_tokens)} tok", "cost"]
     cols += ["GPUs used", "stages×DP"]
     for c in cols:
-        table.add_column(c, justify="left" if c in ("cluster", "GPUs used") else "right")
+        table.add_column(c, justify="left" if c in ("cluster", "GPUs used") else "right",
+                         no_wrap=c != "GPUs used")
     for i, r in enumerate(rows, 1):
         if not r.feasible:
             table.add_row(str(i), r.cluster, "infeasible", *["-"] * (len(cols) - 3))
@@ -100,6 +104,13 @@ def _table(rows: list[Any], model: str, train_tokens: float | None) -> Table:
         cells += [used, f"{r.stages}×{r.pipelines}"]
         table.add_row(*cells)
     return table
+
+
+def _count(tokens: float) -> str:
+    for suffix, size in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("k", 1e3)):
+        if tokens >= size:
+            return f"{tokens / size:g}{suffix}"
+    return f"{tokens:g}"
 
 
 def _money(value: float | None, digits: int = 2) -> str:

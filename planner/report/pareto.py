@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter
 
 from planner.report.figure import save_figure
 
@@ -56,7 +57,8 @@ def pareto_figure(labels: Sequence[str], usd_per_hour: Sequence[float | None],
     for i in placed:
         ax.annotate(labels[i], (usd_per_hour[i], tokens_per_s[i]), textcoords="offset points",
                     xytext=(6, 6), fontsize=8)
-    ax.set_xlabel("cost ($ per hour)")
+    ax.set_xlabel("cost ($ per hour of the GPUs the plan uses)")
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))
     ax.set_ylabel("throughput (tokens/s)")
     # Room on the right and top for the labels of the extreme points.
     ax.set_xlim(0, max((usd_per_hour[i] for i in placed), default=1.0) * 1.15)
