@@ -104,6 +104,9 @@ def _draw_pipeline(ax, t: Timeline, base: int, scale: float, makespan: float) ->
         spans.setdefault((e.device, key), []).append((e.start_s * scale, w))
         if e.kind in ("fwd", "bwd") and w >= min_text_w:
             texts.append((e.device, (e.start_s * scale + w / 2), str(e.microbatch)))
+    # White borders separate wide bars; on dense charts they would paint the row white.
+    ops_per_row = 2 * t.microbatches * t.virtual_stages
+    edge = 0.4 if ops_per_row <= 64 else 0.0
     for d in range(s_count):
         ax.broken_barh([(0.0, t.makespan_s * scale)], (base + d - _BAR / 2, _BAR),
                        facecolors=COLOURS["idle"], edgecolor="#BBBBBB", hatch="///",
@@ -116,7 +119,7 @@ def _draw_pipeline(ax, t: Timeline, base: int, scale: float, makespan: float) ->
             continue
         ax.broken_barh(xs, (base + d - _BAR / 2, _BAR),
                        facecolors=_lighter(COLOURS[kind], int(shade or 0)),
-                       edgecolor="white", linewidth=0.4)
+                       edgecolor="white", linewidth=edge)
     for d, x, label in texts:
         ax.text(x, base + d - 0.04, label, ha="center", va="center", fontsize=6, color="white")
     if base:
