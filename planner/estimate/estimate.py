@@ -49,8 +49,10 @@ def estimate(model: Any, cluster: Cluster | None, plan: Plan, *,
 
     `model`/`cluster` may be None when the plan embeds them; `profiles` defaults to the shipped
     profile files (`ProfileSet()`: the analytic model alone); `precision` overrides the model
-    spec's; `overlap_dp` hides the gradient all-reduce behind each device's last backward
-    (Megatron --overlap-grad-reduce, FSDP) instead of running it after the flush.
+    spec's; `overlap_dp` hides the data-parallel traffic behind each device's last micro-batch
+    (forward and backward: FSDP and Megatron's distributed optimizer gather parameters during
+    the forward and reduce gradients during the backward) instead of running it after the
+    flush.
     """
     graph, spec_precision = resolve_model(model, plan)
     precision = precision or spec_precision
@@ -118,8 +120,8 @@ def estimate(model: Any, cluster: Cluster | None, plan: Plan, *,
                               device=j % len(devs))
                   for j, c in enumerate(_chunk_costs(devs))]
         opt = [sum(c.optimizer_step_s for c in d.costs) / shard for d in devs]
-        exposed = [max(0.0, sync[p][d.index] - sum(c.bwd_s for c in d.costs)) if overlap_dp
-                   else sync[p][d.index] for d in devs]
+        exposed = [max(0.0, sync[p][d.index] - sum(c.fwd_s + c.bwd_s for c in d.costs))
+                   if overlap_dp else sync[p][d.index] for d in devs]
         key = (tuple(chunks), pipe.microbatches, tuple(exposed), tuple(opt))
         tl = seen.get(key)
         if tl is None:  # identical DP replicas share one simulation
