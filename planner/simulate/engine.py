@@ -82,12 +82,13 @@ def simulate(chunks: Sequence[StageTiming], microbatches: int, schedule: str = "
                     start = t if t > ready else ready
                     end = start + bwd_s[c]
                     bwd_end[c][i] = end
-                    r = rec_s[c]
-                    if r > 0.0:
-                        log.append((d, "recompute", i, c, start, start + r))
-                        log.append((d, "bwd", i, c, start + r, end))
-                    else:
-                        log.append((d, "bwd", i, c, start, end))
+                    if detail:
+                        r = rec_s[c]
+                        if r > 0.0:
+                            log.append((d, "recompute", i, c, start, start + r))
+                            log.append((d, "bwd", i, c, start + r, end))
+                        else:
+                            log.append((d, "bwd", i, c, start, end))
                     busy[d] += bwd_s[c]
                 else:
                     if c == 0:
@@ -100,7 +101,8 @@ def simulate(chunks: Sequence[StageTiming], microbatches: int, schedule: str = "
                     start = t if t > ready else ready
                     end = start + fwd_s[c]
                     fwd_end[c][i] = end
-                    log.append((d, "fwd", i, c, start, end))
+                    if detail:
+                        log.append((d, "fwd", i, c, start, end))
                     busy[d] += fwd_s[c]
                 t = end
                 k += 1
