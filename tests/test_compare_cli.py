@@ -93,3 +93,13 @@ def test_whatif_table_and_bad_scenarios(capsys) -> None:
                          ([], "nothing to change")):
         code, _, err = _run(["whatif", "tiny", "amp-t4", *bad], capsys)
         assert code == 2 and message in err and err.count("\n") == 1, err
+
+
+def test_compare_infeasible_cluster_is_a_row(capsys) -> None:
+    code, out, err = _run(["compare", "llama3-70b", "amp-t4", "--global-batch", "64", "--json"],
+                          capsys)
+    assert code == 0, err
+    (row,) = json.loads(out)
+    # 70 B parameters × 16 B of model state do not fit in 16 T4 × 16 GiB.
+    assert row["feasible"] is False and "GiB" in row["problem"]
+    assert row["tokens_per_s"] is None and row["gpus_available"] == {"T4": 16}
