@@ -25,9 +25,11 @@ def _register() -> None:
     from planner.cli import (  # noqa: F401
         cmd_compare,
         cmd_demo,
+        cmd_dryrun,
         cmd_estimate,
         cmd_gpus,
         cmd_inspect,
+        cmd_launch,
         cmd_models,
         cmd_simulate,
         cmd_validate,
