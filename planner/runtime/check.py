@@ -84,7 +84,7 @@ def _worker(rank: int, world: int, store_dir: str, plan_dict: dict, factory: Mod
     count = torch.tensor([checked])
     dist.all_reduce(count)
     return {"max_grad_diff": float(diff), "loss": losses, "reference_loss": ref_losses,
-            "params": int(count), "wall_s": time.perf_counter() - start}
+            "params": int(count) // steps, "wall_s": time.perf_counter() - start}
 
 
 def check_plans(jobs: list[tuple[Plan, ModelFactory, dict[str, Any]]], steps: int = 2,

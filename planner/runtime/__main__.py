@@ -1,0 +1,41 @@
+"""`python -m planner.runtime PLAN.json --steps N`: what each torchrun worker runs."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import torch.distributed as dist
+
+from planner.errors import HetplanError
+from planner.plan.schema import Plan
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m planner.runtime",
+                                     description="Train a hetplan plan on this rank.")
+    parser.add_argument("plan", help="plan JSON (from `hetplan plan`)")
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--lr", type=float, default=1e-4)
+    parser.add_argument("--optimizer", choices=["adamw", "sgd"], default="adamw")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    from planner.runtime.train import train
+
+    try:
+        plan = Plan.load(args.plan)
+        stats = train(plan, steps=args.steps, lr=args.lr, optimizer=args.optimizer,
+                      seed=args.seed)
+    except HetplanError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if stats.torch_rank == 0:
+        print(f"done: {len(stats.losses)} steps, final loss {stats.losses[-1]:.4f}, "
+              f"{stats.tokens_per_s:,.0f} tokens/s (steps after the first)")
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,134 @@
+"""`hetplan dryrun`: a plan's exact structure, on this machine's CPU, against a reference.
+
+The model keeps the plan's depth (every layer range, stage, TP degree, schedule, micro-batch
+count and recompute setting stays) at a tiny width: hidden, heads, vocabulary and sequence
+shrink to sizes every TP degree in the plan divides. Micro-batches shrink to one sequence.
+Plans with more than `max_ranks` ranks keep one pipeline of each distinct shape (DP shrinks)
+or, when one pipeline alone is too large, are refused.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from planner.errors import HetplanError
+from planner.graph.spec import ModelSpec
+from planner.plan.schema import Plan
+
+__all__ = ["DryrunResult", "dryrun", "shrink_plan", "tiny_spec"]
+
+HEAD_DIM = 8
+VOCAB = 128
+SEQ_LEN = 16
+TOLERANCE = 1e-5
+
+
+@dataclass(frozen=True)
+class DryrunResult:
+    ok: bool
+    max_grad_diff: float
+    max_loss_diff: float
+    losses: tuple[float, ...]
+    reference_losses: tuple[float, ...]
+    ranks: int
+    params_checked: int
+    wall_s: float
+    model: dict[str, int]
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"ok": self.ok, "max_grad_diff": self.max_grad_diff,
+                "loss": self.losses[-1], "reference_loss": self.reference_losses[-1],
+                "max_loss_diff": self.max_loss_diff, "losses": list(self.losses),
+                "reference_losses": list(self.reference_losses), "ranks": self.ranks,
+                "params_checked": self.params_checked, "tolerance": TOLERANCE,
+                "wall_s": round(self.wall_s, 3), "model": self.model, "notes": list(self.notes)}
+
+
+def tiny_spec(model: dict[str, Any], plan: Plan) -> ModelSpec:
+    """The plan's model at the plan's depth and a width every TP degree in it divides."""
+    spec = ModelSpec.from_dict(model, where="plan.model")
+    tp = math.lcm(*(st.tp for pipe in plan.pipelines for st in pipe.stages))
+    gqa = spec.num_kv_heads < spec.num_attention_heads
+    heads = 2 * tp if gqa else tp
+    hidden = heads * HEAD_DIM
+    data = spec.model_dump(mode="json")
+    data.update(hidden_size=hidden, num_attention_heads=heads,
+                num_kv_heads=tp if gqa else heads,
+                ffn_hidden_size=(4 if spec.architecture == "gpt" else 3) * hidden,
+                vocab_size=VOCAB, seq_len=SEQ_LEN, name=f"{spec.name}-dryrun")
+    return ModelSpec.from_dict(data, where="dryrun model")
+
+
+def _shape(pipe: Any) -> tuple[Any, ...]:
+    return tuple((tuple(st.layers), st.tp, st.recompute) for st in pipe.stages)
+
+
+def shrink_plan(plan: Plan, max_ranks: int = 16) -> tuple[Plan, list[str]]:
+    """The plan with one-sequence micro-batches, its ranks renumbered 0..n-1 on one CPU node,
+    and (when it has more than max_ranks ranks) one pipeline of each distinct shape."""
+    notes: list[str] = []
+    keep = list(range(len(plan.pipelines)))
+    if len(plan.ranks) > max_ranks:
+        sizes = [len({r for st in pipe.stages for r in st.ranks}) for pipe in plan.pipelines]
+        if sizes[0] > max_ranks:
+            raise HetplanError(f"pipeline 0 alone uses {sizes[0]} ranks; dryrun runs at most "
+                               f"{max_ranks} processes on this machine (raise --max-ranks if "
+                               "it has the cores and memory)")
+        seen: set[tuple[Any, ...]] = set()
+        keep, used = [], 0
+        for i, pipe in enumerate(plan.pipelines):
+            if _shape(pipe) not in seen and used + sizes[i] <= max_ranks:
+                seen.add(_shape(pipe))
+                keep.append(i)
+                used += sizes[i]
+        notes.append(f"the plan has {len(plan.ranks)} ranks; dryrun keeps pipelines {keep} "
+                     f"(one per distinct shape that fits: DP {len(plan.pipelines)} -> "
+                     f"{len(keep)}, {used} ranks)")
+    pipes = [plan.pipelines[i] for i in keep]
+    old = sorted({r for pipe in pipes for st in pipe.stages for r in st.ranks})
+    new = {r: i for i, r in enumerate(old)}
+    data = plan.to_dict()
+    data["pipelines"] = [
+        {"microbatches": p.microbatches,
+         "stages": [{**st.model_dump(mode="json"), "ranks": [new[r] for r in st.ranks]}
+                    for st in p.stages]}
+        for p in pipes]
+    data["ranks"] = [{"rank": i, "node": "cpu", "local_rank": i} for i in range(len(old))]
+    data["micro_batch_size"] = 1
+    data["global_batch_size"] = sum(p.microbatches for p in pipes)
+    data.pop("predicted", None)
+    if plan.micro_batch_size != 1:
+        notes.append(f"micro-batches shrink from {plan.micro_batch_size} sequences to 1")
+    return Plan.from_dict(data, where="dryrun plan"), notes
+
+
+def dryrun(plan: Plan, *, steps: int = 3, max_ranks: int = 16,
+           start_method: str = "fork") -> DryrunResult:
+    """Run the shrunk plan on local gloo workers and compare with a one-process reference."""
+    from planner.models import build_model
+    from planner.runtime.check import check_plans
+
+    if plan.model is None:
+        raise HetplanError("the plan carries no model spec; dryrun needs one")
+    small, notes = shrink_plan(plan, max_ranks)
+    spec = tiny_spec(plan.model, small)
+    factory = functools.partial(build_model, spec, device="cpu")
+    opts = {"seq_len": spec.seq_len, "vocab_size": spec.vocab_size}
+    start = time.perf_counter()
+    (res,) = check_plans([(small, factory, opts)], steps=steps, start_method=start_method)
+    wall = time.perf_counter() - start
+    return DryrunResult(
+        ok=res.max_grad_diff <= TOLERANCE and res.max_loss_diff <= TOLERANCE,
+        max_grad_diff=res.max_grad_diff, max_loss_diff=res.max_loss_diff,
+        losses=tuple(res.loss), reference_losses=tuple(res.reference_loss),
+        ranks=len(small.ranks), params_checked=res.num_params_checked, wall_s=wall,
+        model={"num_layers": spec.num_layers, "hidden_size": spec.hidden_size,
+               "num_attention_heads": spec.num_attention_heads,
+               "num_kv_heads": spec.num_kv_heads, "vocab_size": spec.vocab_size,
+               "seq_len": spec.seq_len},
+        notes=tuple(notes))

@@ -1,0 +1,132 @@
+"""`train(plan, steps=N)`: run on every rank (torchrun starts them); builds this rank's share of
+the plan, trains N steps on synthetic or user data, and reports losses and tokens/s.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from planner.errors import HetplanError
+from planner.plan.schema import Plan
+from planner.runtime.build import build_for_rank, spec_of
+from planner.runtime.data import synthetic_batch
+from planner.runtime.engine import Runner
+from planner.runtime.topology import torch_rank_map
+
+__all__ = ["TrainStats", "setup_rank", "train"]
+
+Batch = tuple[torch.Tensor, torch.Tensor]
+
+
+@dataclass(frozen=True)
+class TrainStats:
+    """What one rank saw; losses are global (every micro-batch of every pipeline)."""
+
+    plan_rank: int
+    torch_rank: int
+    losses: tuple[float, ...]
+    step_times_s: tuple[float, ...]
+    tokens_per_step: int
+    tokens_per_s: float
+    """Mean over the steps after the first (which pays for warm-up), or the one step."""
+
+
+def setup_rank(plan: Plan) -> tuple[int, dict[int, int], torch.device]:
+    """Join the default group (torchrun's env) and check it against the plan.
+
+    Returns (plan rank, plan rank → torch rank, device). NCCL when CUDA is present, gloo else.
+    """
+    world = len(plan.ranks)
+    if not dist.is_initialized():
+        missing = [k for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+                   if k not in os.environ]
+        if missing:
+            raise HetplanError(f"no torch.distributed environment ({', '.join(missing)} unset): "
+                               "start the runtime with torchrun (see `hetplan launch`)")
+        if int(os.environ["WORLD_SIZE"]) != world:
+            raise HetplanError(f"the plan has {world} ranks but torchrun started "
+                               f"{os.environ['WORLD_SIZE']}; use the plan's launch scripts")
+        dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+    if dist.get_world_size() != world:
+        raise HetplanError(f"the plan has {world} ranks but the process group has "
+                           f"{dist.get_world_size()}")
+    to_torch = torch_rank_map(plan)
+    plan_rank = {t: p for p, t in to_torch.items()}[dist.get_rank()]
+    info = next(r for r in plan.ranks if r.rank == plan_rank)
+    local = os.environ.get("LOCAL_RANK")
+    if local is not None and int(local) != info.local_rank:
+        raise HetplanError(f"torch rank {dist.get_rank()} has LOCAL_RANK {local}, but the plan "
+                           f"puts it at local rank {info.local_rank} of node {info.node}; start "
+                           "nodes in the order and with the process counts of `hetplan launch`")
+    node = os.environ.get("HETPLAN_NODE")
+    if node is not None and node != info.node:
+        raise HetplanError(f"torch rank {dist.get_rank()} runs on node {node!r}, but the plan "
+                           f"puts plan rank {plan_rank} on {info.node!r}; check --node-rank")
+    if dist.get_backend() == "nccl":
+        count = torch.cuda.device_count()
+        if info.local_rank >= count:
+            raise HetplanError(f"node {info.node} has {count} GPUs visible, the plan uses local "
+                               f"rank {info.local_rank}")
+        torch.cuda.set_device(info.local_rank)
+        return plan_rank, to_torch, torch.device("cuda", info.local_rank)
+    return plan_rank, to_torch, torch.device("cpu")
+
+
+def _batches(plan: Plan, data_loader: Any, seed: int) -> Callable[[int], Batch]:
+    if data_loader is None:
+        if plan.model is None:
+            raise HetplanError("synthetic data needs the plan's model spec (seq_len, vocab_size); "
+                               "pass data_loader=")
+        spec = spec_of(plan)
+        return lambda step: synthetic_batch(step, plan.global_batch_size, spec.seq_len,
+                                            spec.vocab_size, seed)
+    if callable(data_loader):
+        return data_loader
+    it = iter(data_loader) if isinstance(data_loader, Iterable) else data_loader
+    return lambda step: next(it)
+
+
+def train(plan: Plan, *, steps: int, model_factory: Callable[[], Any] | None = None,
+          data_loader: Any = None, lr: float = 1e-4, optimizer: str = "adamw", seed: int = 0,
+          log: Callable[[str], None] | None = print) -> TrainStats:
+    """Train `steps` iterations of `plan` on this rank; call on every rank.
+
+    model_factory: builds the whole model (embed, ordered layers, head; see stage.py) with
+    the same weights on every rank; default: the plan's model spec, only this rank's layers.
+    data_loader: `step -> (inputs, labels)` or an iterable of them, each the GLOBAL batch
+    (global_batch_size rows, the same on every rank; each pipeline takes its rows);
+    default: synthetic tokens.
+    """
+    plan_rank, to_torch, device = setup_rank(plan)
+    if model_factory is not None:
+        model = model_factory()
+    else:
+        model = build_for_rank(spec_of(plan), plan, plan_rank, seed=seed)
+    runner = Runner(plan, plan_rank, to_torch, model, device, optimizer=optimizer, lr=lr)
+    next_batch = _batches(plan, data_loader, seed)
+    losses, times = [], []
+    tokens = 0
+    for step in range(steps):
+        inputs, labels = next_batch(step)
+        if inputs.shape[0] != plan.global_batch_size:
+            raise HetplanError(f"batch has {inputs.shape[0]} rows, the plan's global batch is "
+                               f"{plan.global_batch_size}")
+        tokens = inputs.numel()
+        start = time.perf_counter()
+        losses.append(runner.train_step(inputs, labels))
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - start)
+        if log is not None and dist.get_rank() == 0:
+            log(f"step {step + 1}/{steps}  loss {losses[-1]:.4f}  {times[-1]:.3f} s  "
+                f"{tokens / times[-1]:,.0f} tokens/s")
+    timed = times[1:] or times
+    rate = tokens * len(timed) / sum(timed) if timed else 0.0
+    return TrainStats(plan_rank, dist.get_rank(), tuple(losses), tuple(times), tokens, rate)
