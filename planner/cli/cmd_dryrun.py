@@ -43,8 +43,8 @@ def dryrun(
         m = res.model
         console.print(f"{res.ranks} processes, model {m['num_layers']} layers × hidden "
                       f"{m['hidden_size']} ({m['num_attention_heads']} heads), vocab "
-                      f"{m['vocab_size']}, seq {m['seq_len']}; {res.params_checked} gradient "
-                      f"tensors compared per step")
+                      f"{m['vocab_size']}, seq {m['seq_len']}; {res.params_checked} parameters' "
+                      f"gradients compared each step")
         table = Table(title=f"dryrun of {plan_file}")
         for col in ("step", "loss", "reference loss", "difference"):
             table.add_column(col, justify="right")

@@ -37,6 +37,8 @@ class CheckResult:
     reference_loss: list[float]
     max_loss_diff: float
     num_params_checked: int
+    """Distinct parameters compared (over all ranks, a tied weight once)."""
+    num_reference_params: int
     wall_s: float
 
 
@@ -62,15 +64,15 @@ def _worker(rank: int, world: int, store_dir: str, plan_dict: dict, factory: Mod
     ref = factory()
     ref_chain = chain_of(ref)
     ref_opt = make_optimizer(list(ref.parameters()), opt_name, lr)
-    worst, checked = 0.0, 0
+    worst, checked = 0.0, set()
 
     def compare(r: Runner) -> None:
-        nonlocal worst, checked
+        nonlocal worst
         for (e, name), p in r.params:
             mine = p.grad.full_tensor() if isinstance(p.grad, DTensor) else p.grad
             theirs = ref_chain[e].get_parameter(name).grad
             worst = max(worst, float((mine - theirs).abs().max()))
-            checked += 1
+            checked.add((e, name))
 
     losses, ref_losses = [], []
     for step in range(steps):
@@ -81,10 +83,12 @@ def _worker(rank: int, world: int, store_dir: str, plan_dict: dict, factory: Mod
         ref_opt.step()
     diff = torch.tensor([worst])
     dist.all_reduce(diff, op=dist.ReduceOp.MAX)
-    count = torch.tensor([checked])
-    dist.all_reduce(count)
+    everyone: list[Any] = [None] * world
+    dist.all_gather_object(everyone, sorted(checked))
+    covered = {tuple(k) for keys in everyone for k in keys}
     return {"max_grad_diff": float(diff), "loss": losses, "reference_loss": ref_losses,
-            "params": int(count) // steps, "wall_s": time.perf_counter() - start}
+            "params": len(covered), "reference_params": len(list(ref.parameters())),
+            "wall_s": time.perf_counter() - start}
 
 
 def check_plans(jobs: list[tuple[Plan, ModelFactory, dict[str, Any]]], steps: int = 2,
@@ -106,5 +110,6 @@ def check_plans(jobs: list[tuple[Plan, ModelFactory, dict[str, Any]]], steps: in
             max_grad_diff=r0["max_grad_diff"], loss=r0["loss"], reference_loss=r0["reference_loss"],
             max_loss_diff=max(abs(a - b) for a, b in zip(r0["loss"], r0["reference_loss"],
                                                          strict=True)),
-            num_params_checked=r0["params"], wall_s=max(r["wall_s"] for r in per_rank)))
+            num_params_checked=r0["params"], num_reference_params=r0["reference_params"],
+            wall_s=max(r["wall_s"] for r in per_rank)))
     return results

@@ -36,6 +36,7 @@ class DryrunResult:
     reference_losses: tuple[float, ...]
     ranks: int
     params_checked: int
+    """Distinct parameters compared each step (all of the model's, or the check failed)."""
     wall_s: float
     model: dict[str, int]
     notes: tuple[str, ...] = field(default_factory=tuple)
@@ -123,7 +124,8 @@ def dryrun(plan: Plan, *, steps: int = 3, max_ranks: int = 16,
     (res,) = check_plans([(small, factory, opts)], steps=steps, start_method=start_method)
     wall = time.perf_counter() - start
     return DryrunResult(
-        ok=res.max_grad_diff <= TOLERANCE and res.max_loss_diff <= TOLERANCE,
+        ok=(res.max_grad_diff <= TOLERANCE and res.max_loss_diff <= TOLERANCE
+            and res.num_params_checked == res.num_reference_params),
         max_grad_diff=res.max_grad_diff, max_loss_diff=res.max_loss_diff,
         losses=tuple(res.loss), reference_losses=tuple(res.reference_loss),
         ranks=len(small.ranks), params_checked=res.num_params_checked, wall_s=wall,

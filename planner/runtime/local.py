@@ -43,7 +43,7 @@ def _entry(rank: int, fn: Callable[..., Any], world: int, store_dir: str, args: 
            results: Any, timeout_s: float) -> None:
     torch.set_num_threads(1)
     # A hung collective would otherwise hang the caller: dump where each worker stands, exit.
-    faulthandler.dump_traceback_later(timeout_s, exit=True, file=sys.stderr)
+    faulthandler.dump_traceback_later(timeout_s, exit=True, file=sys.__stderr__ or sys.stderr)
     # Loopback only: gloo otherwise resolves the host name to pick an interface.
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     try:
@@ -74,7 +74,7 @@ def run_local(fn: Callable[..., Any], world: int, *args: Any, start_method: str 
             while not done:
                 try:
                     done = procs.join(timeout=0.2)
-                except mp.ProcessExitedException as exc:
+                except (mp.ProcessExitedException, mp.ProcessRaisedException) as exc:
                     raise WorkerError(f"a worker died: {exc}") from None
                 while not results.empty():
                     rank, status, out = results.get()

@@ -66,8 +66,8 @@ def actions_for(schedule: str, group: int, num_groups: int, virtual: int, microb
 def check_deadlock_free(lists: list[list[Action]], virtual: int) -> bool:
     """Simulate one pipeline (lists[s] for device group s); True when every action can run.
 
-    F of global chunk c needs F of chunk c-1 for that micro-batch; B of chunk c needs B of
-    chunk c+1. Chunk c lives on group c % S as local chunk c // S.
+    F of global chunk c needs F of chunk c-1 for that micro-batch; B of chunk c needs its
+    own F and B of chunk c+1. Chunk c lives on group c % S as local chunk c // S.
     """
     groups = len(lists)
     last = groups * virtual - 1
@@ -80,9 +80,11 @@ def check_deadlock_free(lists: list[list[Action]], virtual: int) -> bool:
             while pos[s] < len(lists[s]):
                 kind, v, m = lists[s][pos[s]]
                 c = s + v * groups
-                need = (("F", c - 1, m) if c > 0 else None) if kind == "F" else (
-                    ("B", c + 1, m) if c < last else None)
-                if need is not None and need not in done:
+                if kind == "F":
+                    needs = [("F", c - 1, m)] if c > 0 else []
+                else:
+                    needs = [("F", c, m)] + ([("B", c + 1, m)] if c < last else [])
+                if any(n not in done for n in needs):
                     break
                 done.add((kind, c, m))
                 pos[s] += 1
