@@ -6,6 +6,7 @@ rank's action list (see schedule.py), reduces gradients (grads.py) and steps the
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from typing import Any
 
@@ -73,8 +74,11 @@ class Runner:
     """This rank's chunks of the model, ready to run train steps of the plan."""
 
     def __init__(self, plan: Plan, rank: int, to_torch: dict[int, int], model: Any,
-                 device: torch.device, *, optimizer: str = "adamw", lr: float = 1e-3) -> None:
+                 device: torch.device, *, optimizer: str = "adamw", lr: float = 1e-3,
+                 autocast: torch.dtype | None = None) -> None:
+        """`autocast`: compute dtype for forward (weights, gradients, optimizer stay fp32)."""
         self.plan, self.rank, self.device = plan, rank, device
+        self.autocast = autocast
         self.view = view = rank_view(plan, rank)
         chain = chain_of(model)
         self.loss_fn = loss_of(model)
@@ -128,6 +132,25 @@ class Runner:
     def _chunk(self, c: int) -> Chunk:
         return chunk(self.plan, self.view.pipeline, c)
 
+    def _forward(self, v: int, c: int, m: int, ins: tuple[torch.Tensor, ...],
+                 labs: tuple[torch.Tensor, ...], last: int) -> tuple[torch.Tensor | None,
+                                                                     torch.Tensor]:
+        """Forward of local chunk v (global c) on micro-batch m: (input leaf or None, output
+        or, on the last chunk, the scaled loss). Sends the output on."""
+        here = self.view.chunks[v]
+        if c == 0:
+            x = None
+            out = self.chunks[v](ins[m])
+        else:
+            src = forward_peers(self._chunk(c - 1), here, self.rank)[0]
+            x = self.channel.recv(("F", c - 1, m), src).requires_grad_()
+            out = self.chunks[v](x)
+        if c == last:
+            return x, self.loss_fn(out, labs[m]) / self.view.total_microbatches
+        for dst in forward_peers(here, self._chunk(c + 1), self.rank):
+            self.channel.send(("F", c, m), out, dst)
+        return x, out
+
     def forward_backward(self, inputs: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         """Run the schedule on this pipeline's slice of the global batch; returns the summed
         (already 1/total-scaled) loss of micro-batches this rank finished, 0 elsewhere."""
@@ -143,19 +166,11 @@ class Runner:
             here = view.chunks[v]
             c = here.index
             if kind == "F":
-                if c == 0:
-                    x = None
-                    out = self.chunks[v](ins[m])
-                else:
-                    src = forward_peers(self._chunk(c - 1), here, self.rank)[0]
-                    x = self.channel.recv(("F", c - 1, m), src).requires_grad_()
-                    out = self.chunks[v](x)
+                with (torch.autocast(self.device.type, self.autocast) if self.autocast
+                      else contextlib.nullcontext()):
+                    x, out = self._forward(v, c, m, ins, labs, last)
                 if c == last:
-                    out = self.loss_fn(out, labs[m]) / view.total_microbatches
                     loss_sum += out.detach()
-                else:
-                    for dst in forward_peers(here, self._chunk(c + 1), self.rank):
-                        self.channel.send(("F", c, m), out, dst)
                 saved[(v, m)] = (x, out)
                 continue
             x, out = saved.pop((v, m))

@@ -20,7 +20,7 @@ from planner.runtime.data import synthetic_batch
 from planner.runtime.engine import Runner
 from planner.runtime.topology import torch_rank_map
 
-__all__ = ["TrainStats", "setup_rank", "train"]
+__all__ = ["TrainStats", "runtime_notes", "setup_rank", "train"]
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 
@@ -36,6 +36,27 @@ class TrainStats:
     tokens_per_step: int
     tokens_per_s: float
     """Mean over the steps after the first (which pays for warm-up), or the one step."""
+    notes: tuple[str, ...] = ()
+    """Where this run departs from the plan's settings (same math, other speed or memory)."""
+
+
+def runtime_notes(plan: Plan, device: torch.device) -> tuple[list[str], torch.dtype | None]:
+    """What the runtime does differently from the plan, and the autocast dtype to use."""
+    notes = []
+    if plan.sequence_parallel:
+        notes.append("sequence_parallel: not applied; TP stages keep activations replicated "
+                     "(same numbers, more activation memory than planned)")
+    if plan.zero1:
+        notes.append("zero1: not applied; every rank keeps its parameters' full optimizer "
+                     "state (same numbers, more memory than planned)")
+    precision = ((plan.model or {}).get("training") or {}).get("precision", "fp32")
+    autocast = None
+    if device.type == "cuda" and precision == "bf16":
+        autocast = torch.bfloat16
+    elif precision != "fp32":
+        notes.append(f"precision {precision}: running fp32 "
+                     f"({'no loss scaling for fp16 yet' if precision == 'fp16' else 'on CPU'})")
+    return notes, autocast
 
 
 def setup_rank(plan: Plan) -> tuple[int, dict[int, int], torch.device]:
@@ -109,7 +130,12 @@ def train(plan: Plan, *, steps: int, model_factory: Callable[[], Any] | None = N
         model = model_factory()
     else:
         model = build_for_rank(spec_of(plan), plan, plan_rank, seed=seed)
-    runner = Runner(plan, plan_rank, to_torch, model, device, optimizer=optimizer, lr=lr)
+    notes, autocast = runtime_notes(plan, device)
+    if log is not None and dist.get_rank() == 0:
+        for note in notes:
+            log(f"note: {note}")
+    runner = Runner(plan, plan_rank, to_torch, model, device, optimizer=optimizer, lr=lr,
+                    autocast=autocast)
     next_batch = _batches(plan, data_loader, seed)
     losses, times = [], []
     tokens = 0
@@ -129,4 +155,5 @@ def train(plan: Plan, *, steps: int, model_factory: Callable[[], Any] | None = N
                 f"{tokens / times[-1]:,.0f} tokens/s")
     timed = times[1:] or times
     rate = tokens * len(timed) / sum(timed) if timed else 0.0
-    return TrainStats(plan_rank, dist.get_rank(), tuple(losses), tuple(times), tokens, rate)
+    return TrainStats(plan_rank, dist.get_rank(), tuple(losses), tuple(times), tokens, rate,
+                      tuple(notes))
