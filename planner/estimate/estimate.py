@@ -6,9 +6,9 @@ p2p between consecutive chunks over the link their nodes share, the schedule sim
 that hold the same shard of it in every pipeline (heterogeneous DP allowed), over the slowest
 link of the ring, NOT overlapped with the backward (DeepSpeed's pipeline engine and Megatron
 without --overlap-grad-reduce reduce after the flush); then the Adam step (sharded under ZeRO-1).
-Iteration time = the latest device's end (its last backward, then its sync and step, as the
-simulator lays them out) + the spread between pipelines' drain times (the shared all-reduce
-cannot finish before the slowest pipeline has drained).
+Iteration time = the slowest pipeline's drain + the longest tail (sync and step after a
+device's last backward, as the simulator lays them out, beyond its pipeline's drain): the
+shared all-reduce cannot start before the slowest pipeline has drained.
 """
 
 from __future__ import annotations
@@ -29,7 +29,11 @@ from planner.graph.layers import LayerGraph
 from planner.plan.schema import Plan
 from planner.simulate import StageTiming, simulate
 
-__all__ = ["estimate", "with_prediction"]
+__all__ = ["GRAD_REDUCE_BYTES", "estimate", "with_prediction"]
+
+GRAD_REDUCE_BYTES = 4
+"""Gradients are reduced in fp32: Megatron's default for bf16 (fp32 main grads), DeepSpeed's
+`fp32_allreduce` (AMP's config), FSDP's `reduce_dtype` in torchtitan."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,10 +143,11 @@ def estimate(model: Any, cluster: Cluster | None, plan: Plan, *,
             stage_rows.append(row)
             if problem:
                 problems.append(problem)
-    # Each device syncs right after its own last backward (the simulator's tail); with unequal
-    # pipelines the shared all-reduce also waits for the slowest one to drain.
-    spread = max(t.pipeline_s for t in timelines) - min(t.pipeline_s for t in timelines)
-    iteration_s = max(t.makespan_s for t in timelines) + spread
+    # Each device syncs right after its own last backward (the simulator's tail). The gradient
+    # all-reduce is shared by all pipelines, so it starts when the slowest one has drained: the
+    # slowest drain plus the longest tail beyond a pipeline's own drain.
+    iteration_s = (max(t.pipeline_s for t in timelines)
+                   + max(t.makespan_s - t.pipeline_s for t in timelines))
     return _summarise(graph, precision, plan, rank_node, iteration_s, stage_rows, problems,
                       timelines, worst_sync, worst_opt)
 
@@ -164,7 +169,7 @@ def _dp_sync_s(graph: LayerGraph, plan: Plan, devices: list[list[_Device]],
     out = [[0.0] * len(devs) for devs in devices]
     if n_pipes == 1:
         return out
-    grad_bytes = graph.dtype_bytes
+    grad_bytes = GRAD_REDUCE_BYTES
     holder: list[list[int]] = []  # per pipeline: layer -> device index
     for p, pipe in enumerate(plan.pipelines):
         s_count = len(devices[p])
