@@ -81,7 +81,8 @@ def test_dp_gradient_ring_over_the_nic_is_added_after_the_flush() -> None:
                                                global_batch=1), profiles=NONE)
     # One GPU per node: each ring member has the node's whole NIC (100 Gbit/s × efficiency).
     link = Link(100 / 8 * LINK_EFFICIENCY["network"], 5e-6)
-    sync = sum(ring_allreduce_s(layer.params * 2, 2, link) for layer in graph.layers)
+    # fp32 gradients (GRAD_REDUCE_BYTES = 4), one ring per layer.
+    sync = sum(ring_allreduce_s(layer.params * 4, 2, link) for layer in graph.layers)
     assert est.dp_sync_s == pytest.approx(sync)
     assert est.iteration_time_s == pytest.approx(single.iteration_time_s + sync)
     overlapped = estimate(graph, cl, plan, profiles=NONE, overlap_dp=True)
