@@ -246,17 +246,17 @@ def _summarise(graph: LayerGraph, precision: str, plan: Plan, rank_node: dict[in
 
 
 def with_prediction(plan: Plan, est: Estimate) -> Plan:
-    """A copy of `plan` with `predicted` filled from `est` (rounded: stable bytes on disk)."""
+    """A copy of `plan` with `predicted` filled from `est` (full float precision: equal inputs
+    give equal floats, hence equal bytes on disk)."""
     predicted = {
-        "iteration_time_s": round(est.iteration_time_s, 9),
-        "tokens_per_s": round(est.tokens_per_s, 6),
-        "mfu": round(est.mfu, 9),
-        "usd_per_hour": None if est.usd_per_hour is None else round(est.usd_per_hour, 6),
-        "usd_per_million_tokens": (None if est.usd_per_million_tokens is None
-                                   else round(est.usd_per_million_tokens, 9)),
+        "iteration_time_s": est.iteration_time_s,
+        "tokens_per_s": est.tokens_per_s,
+        "mfu": est.mfu,
+        "usd_per_hour": est.usd_per_hour,
+        "usd_per_million_tokens": est.usd_per_million_tokens,
         "feasible": est.feasible,
-        "stages": [{"pipeline": s.pipeline, "stage": s.stage, "fwd_ms": round(s.fwd_ms, 6),
-                    "bwd_ms": round(s.bwd_ms, 6),
-                    "peak_memory_gib": round(s.peak_memory_gib, 6)} for s in est.stages],
+        "stages": [{"pipeline": s.pipeline, "stage": s.stage, "fwd_ms": s.fwd_ms,
+                    "bwd_ms": s.bwd_ms, "peak_memory_gib": s.peak_memory_gib}
+                   for s in est.stages],
     }
     return plan.model_copy(update={"predicted": predicted})
