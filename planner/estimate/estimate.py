@@ -14,6 +14,7 @@ shared all-reduce cannot start before the slowest pipeline has drained.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from cost_models.compute import peak_tflops
@@ -117,7 +118,6 @@ def estimate(model: Any, cluster: Cluster | None, plan: Plan, *,
     stage_rows: list[StageEstimate] = []
     problems: list[str] = []
     worst_sync = worst_opt = 0.0
-    seen: dict[tuple, Any] = {}
     for p, pipe in enumerate(plan.pipelines):
         devs = devices[p]
         chunks = [StageTiming(fwd_s=c.fwd_s, bwd_s=c.bwd_s, send_s=sends[p][j],
@@ -126,15 +126,11 @@ def estimate(model: Any, cluster: Cluster | None, plan: Plan, *,
         opt = [sum(c.optimizer_step_s for c in d.costs) / shard for d in devs]
         exposed = [max(0.0, sync[p][d.index] - sum(c.fwd_s + c.bwd_s for c in d.costs))
                    if overlap_dp else sync[p][d.index] for d in devs]
-        key = (tuple(chunks), pipe.microbatches, tuple(exposed), tuple(opt))
-        tl = seen.get(key)
-        if tl is None:  # identical DP replicas share one simulation
-            try:
-                tl = simulate(chunks, pipe.microbatches, plan.schedule, v,
-                              dp_sync_s=exposed, optimizer_s=opt, detail=False)
-            except ValueError as exc:
-                raise SpecError("plan", f"pipelines.{p}", str(exc)) from None
-            seen[key] = tl
+        try:
+            tl = _simulate(tuple(chunks), pipe.microbatches, plan.schedule, v, tuple(exposed),
+                           tuple(opt))
+        except ValueError as exc:
+            raise SpecError("plan", f"pipelines.{p}", str(exc)) from None
         timelines.append(tl)
         for d in devs:
             worst_sync = max(worst_sync, exposed[d.index])
@@ -150,6 +146,15 @@ def estimate(model: Any, cluster: Cluster | None, plan: Plan, *,
                    + max(t.makespan_s - t.pipeline_s for t in timelines))
     return _summarise(graph, precision, plan, rank_node, iteration_s, stage_rows, problems,
                       timelines, worst_sync, worst_opt)
+
+
+@lru_cache(maxsize=4096)
+def _simulate(chunks: tuple[StageTiming, ...], microbatches: int, schedule: str, v: int,
+              sync: tuple[float, ...], opt: tuple[float, ...]) -> Any:
+    """Simulations are pure functions of their inputs: identical DP replicas, and the search's
+    repeated pipelines, share one."""
+    return simulate(chunks, microbatches, schedule, v, dp_sync_s=sync, optimizer_s=opt,
+                    detail=False)
 
 
 def _chunk_costs(devs: list[_Device]) -> list[StageCost]:
