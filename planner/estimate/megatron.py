@@ -54,6 +54,13 @@ def megatron_plan(model: Any, cluster: Cluster, *, tp: int, pp: int, dp: int, mi
             raise HetplanError(f"--{name.replace('_', '-')} must be >= 1, got {value}")
     if virtual_stages > 1 and schedule != "interleaved":
         raise HetplanError(f"--virtual-stages {virtual_stages} needs --schedule interleaved")
+    # Blocks split heads, KV heads and the FFN evenly: tp must divide their gcd (max_tp);
+    # the embedding and head pad the vocabulary, so any tp up to max_tp works there.
+    bad = [layer for layer in graph.layers
+           if layer.max_tp < tp or (layer.kind == "block" and layer.max_tp % tp)]
+    if bad:
+        raise HetplanError(f"--tp {tp} does not divide layer {bad[0].name}'s heads and FFN "
+                           f"width (tp must divide {bad[0].max_tp}); pick a divisor of it")
     world = tp * pp * dp
     slots = [(node.name, local) for node in cluster.nodes
              for local in range(node.group.gpus_per_node)]
@@ -78,10 +85,6 @@ def megatron_plan(model: Any, cluster: Cluster, *, tp: int, pp: int, dp: int, mi
     bounds = [0]
     for c in counts:
         bounds.append(bounds[-1] + c)
-    too_wide = [layer for layer in graph.layers if layer.max_tp < tp]
-    if too_wide:
-        raise HetplanError(f"tp {tp} does not fit layer {too_wide[0].name} (its shapes allow tp "
-                           f"up to {too_wide[0].max_tp}); pick a smaller --tp")
     group_gpu = {node.name: node.group.gpu.name for node in cluster.nodes}
     pipelines = []
     for d in range(dp):
