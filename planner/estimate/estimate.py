@@ -18,7 +18,7 @@ from functools import lru_cache
 from typing import Any
 
 from cost_models.compute import peak_tflops
-from cost_models.memory import inflight_microbatches
+from cost_models.memory import GRAD_REDUCE_BYTES, inflight_microbatches
 from cost_models.profiles import ProfileSet
 from planner.cluster.model import Cluster, Node
 from planner.errors import SpecError
@@ -31,10 +31,6 @@ from planner.plan.schema import Plan
 from planner.simulate import StageTiming, simulate
 
 __all__ = ["GRAD_REDUCE_BYTES", "estimate", "with_prediction"]
-
-GRAD_REDUCE_BYTES = 4
-"""Gradients are reduced in fp32: Megatron's default for bf16 (fp32 main grads), DeepSpeed's
-`fp32_allreduce` (AMP's config), FSDP's `reduce_dtype` in torchtitan."""
 
 
 @dataclass(frozen=True, slots=True)
