@@ -170,7 +170,9 @@ def _dp_sync_s(graph: LayerGraph, plan: Plan, devices: list[list[_Device]],
     out = [[0.0] * len(devs) for devs in devices]
     if n_pipes == 1:
         return out
-    grad_bytes = GRAD_REDUCE_BYTES
+    # A ring all-reduce is a reduce-scatter plus an all-gather of the same bytes. Under ZeRO-1
+    # the all-gather carries the updated 16-bit weights instead of fp32 gradients.
+    grad_bytes = (GRAD_REDUCE_BYTES + graph.dtype_bytes) / 2 if plan.zero1 else GRAD_REDUCE_BYTES
     holder: list[list[int]] = []  # per pipeline: layer -> device index
     for p, pipe in enumerate(plan.pipelines):
         s_count = len(devices[p])
