@@ -1,6 +1,10 @@
 """Fit the per-generation compute constants on public per-layer measurements, and show the fit.
 
     .venv/bin/python bench/fit_constants.py [DATA_DIR]
+    .venv/bin/python bench/fit_constants.py --large GENERATION EFF [EFF ...]
+
+The second form sweeps one generation's 16-bit tensor efficiency over the large-run files
+(torchtitan, NeMo, Llama 3, historic) and prints each file's MAPE and ratio range.
 
 Data: sailor_layer_profiles.csv, TP 1 rows only (no communication inside), transformer-block
 and head forward and backward times, all micro-batch sizes (fp32: CUDA cores on Volta/Turing,
@@ -108,8 +112,27 @@ def main() -> None:
         line = "  ".join(f"{k} {v[1]:.2f} (rms {math.sqrt(v[0]):.3f})" for k, v in fits.items())
         print(f"kernel {ks * 1e6:4.0f} us: rms {math.sqrt(total / n):.3f} | {line}")
 
+def sweep_large(gen: str, effs: list[float]) -> None:
+    from planner.estimate.validation.large_runs import large_run_reports
+
+    data = Path(__file__).resolve().parents[2] / "shared" / "data"
+    for eff in effs:
+        old = efficiency.compute_constants(gen)
+        efficiency._CONSTANTS[gen] = _with(old, "tensor", eff, old.kernel_s)
+        sc._CACHE.clear()
+        out = []
+        for r in large_run_reports(data, NONE):
+            ratios = [x.predicted / x.measured for x in r.rows if x.used and x.predicted]
+            out.append(f"{r.file}: {r.mape_pct:.1f} % [{min(ratios):.2f}, {max(ratios):.2f}]")
+        print(f"{gen} {eff:.2f} | " + " | ".join(out))
+        efficiency._CONSTANTS[gen] = old
+
+
 if __name__ == "__main__":
-    main()
+    if len(sys.argv) > 2 and sys.argv[1] == "--large":
+        sweep_large(sys.argv[2], [float(x) for x in sys.argv[3:]])
+    else:
+        main()
 
 
 def show(key_filter: str, eff: float, ks: float) -> None:
