@@ -85,6 +85,9 @@ def test_recompute_costs_order() -> None:
     assert costs["none"].bwd_s < costs["selective"].bwd_s < costs["full"].bwd_s
     assert costs["full"].bwd_s == pytest.approx(costs["none"].bwd_s + costs["none"].fwd_s)
     assert costs["none"].fwd_s == costs["full"].fwd_s
+    # The recompute share is reported apart (Gantt charts draw it separately).
+    assert costs["full"].recompute_s == pytest.approx(costs["full"].fwd_s)
+    assert costs["none"].recompute_s == 0.0
 
 
 def test_bad_range_and_arguments_are_refused() -> None:

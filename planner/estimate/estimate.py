@@ -117,7 +117,7 @@ def estimate(model: Any, cluster: Cluster | None, plan: Plan, *,
     for p, pipe in enumerate(plan.pipelines):
         devs = devices[p]
         chunks = [StageTiming(fwd_s=c.fwd_s, bwd_s=c.bwd_s, send_s=sends[p][j],
-                              device=j % len(devs))
+                              device=j % len(devs), recompute_s=min(c.recompute_s, c.bwd_s))
                   for j, c in enumerate(_chunk_costs(devs))]
         opt = [sum(c.optimizer_step_s for c in d.costs) / shard for d in devs]
         exposed = [max(0.0, sync[p][d.index] - sum(c.fwd_s + c.bwd_s for c in d.costs))
@@ -208,7 +208,8 @@ def _stage_row(plan: Plan, d: _Device, max_inflight: int, s_count: int,
         activation_bytes_per_microbatch=sum(c.activation_bytes_per_microbatch for c in d.costs),
         p2p_bytes=d.costs[-1].p2p_bytes,
         optimizer_step_s=sum(c.optimizer_step_s for c in d.costs),
-        recompute_transient_bytes=max(c.recompute_transient_bytes for c in d.costs))
+        recompute_transient_bytes=max(c.recompute_transient_bytes for c in d.costs),
+        recompute_s=sum(c.recompute_s for c in d.costs))
     peak = stage_peak_memory_gib(merged, inflight, shard)
     gpu = d.node.group.gpu
     stages = pipe.stages

@@ -17,6 +17,8 @@ class StageEstimate:
     gpu: str
     tp: int
     layers: tuple[int, int]
+    """[start, end) of the group's layers (under interleaving: first chunk's start, last
+    chunk's end; the chunks in between belong to other groups)."""
     fwd_ms: float
     """Forward time of one micro-batch on this stage (compute + TP communication)."""
     bwd_ms: float
@@ -43,7 +45,8 @@ class Estimate:
     iteration_time_s: float
     tokens_per_s: float
     mfu: float
-    """Model FLOPs (no recompute) per second over the sum of the used GPUs' dense peaks."""
+    """Model FLOPs (no recompute) per second over the sum of the used GPUs' dense peaks at the
+    precision's tensor dtype (fp16's peak where a GPU lacks bf16, TF32's for fp32 training)."""
     usd_per_hour: float | None
     usd_per_million_tokens: float | None
     stages: tuple[StageEstimate, ...]

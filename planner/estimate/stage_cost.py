@@ -56,6 +56,8 @@ class StageCost:
     """Adam step for this GPU's parameters (memory-bound), unsharded."""
     recompute_transient_bytes: float = 0.0
     """Extra bytes the backward of one recomputed layer needs at once (0 without recompute)."""
+    recompute_s: float = 0.0
+    """The part of `bwd_s` spent re-running forward work (drawn apart in Gantt charts)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +76,8 @@ class LayerCostTable:
     """Per layer (not a prefix sum): bytes of the layer's output for one micro-batch."""
     state_bytes_per_param: float
     optimizer_bytes_per_param: float
+    recompute_s: tuple[float, ...] = (0.0,)
+    """Prefix sums of the recompute part of `bwd_s`."""
 
     def stage(self, start: int, end: int) -> StageCost:
         if not 0 <= start < end < len(self.fwd_s):
@@ -92,6 +96,7 @@ class LayerCostTable:
             p2p_bytes=self.output_bytes[end - 1],
             optimizer_step_s=self.update_s[end] - self.update_s[start],
             recompute_transient_bytes=max(self.transient_bytes[start:end]),
+            recompute_s=self.recompute_s[end] - self.recompute_s[start],
         )
 
 
@@ -105,7 +110,8 @@ def _intra_link(gpu: GpuSpec, gb_per_s: float | None, kind: str | None) -> Link:
 def _layer_costs(layer: Layer, graph: LayerGraph, gpu: GpuSpec, tp: int, mb: int,
                  recompute: str, precision: str, sp: bool, link: Link,
                  profiles: ProfileSet) -> tuple[float, ...]:
-    """(fwd, bwd, bwd_weight, params/GPU, activation bytes/GPU, update, transient) of a layer."""
+    """(fwd, bwd, bwd_weight, params/GPU, activation bytes/GPU, update, transient, recompute)
+    of one layer; `bwd` includes the recompute time."""
     b, t = mb, tp
     split = layer.kind in ("block", "head", "embedding") or layer.tp_allreduces_fwd > 0
     ts = t if split else 1
@@ -148,6 +154,7 @@ def _layer_costs(layer: Layer, graph: LayerGraph, gpu: GpuSpec, tp: int, mb: int
         if prof.update_ms is not None:
             update = prof.update_ms / 1e3 * (prof_tp / t)
     # Recomputation re-runs work inside the backward pass.
+    no_recompute_bwd = bwd
     if recompute == "full":
         bwd += fwd
     elif recompute == "selective" and layer.kind == "block":
@@ -167,7 +174,7 @@ def _layer_costs(layer: Layer, graph: LayerGraph, gpu: GpuSpec, tp: int, mb: int
     if recompute != "none":
         transient = activation_bytes_per_gpu(
             b * (layer.activation_bytes - saved), 0.0, t, sp)
-    return fwd, bwd, bwd_w, params, act, update, transient
+    return fwd, bwd, bwd_w, params, act, update, transient, bwd - no_recompute_bwd
 
 
 _NO_PROFILES = ProfileSet()
@@ -205,6 +212,7 @@ def layer_cost_table(graph: LayerGraph, gpu: GpuSpec, tp: int, micro_batch: int,
         output_bytes=tuple(micro_batch * layer.output_bytes for layer in graph.layers),
         state_bytes_per_param=state_bytes_per_param(precision),
         optimizer_bytes_per_param=optimizer_bytes_per_param(precision),
+        recompute_s=prefix(cols[7]),
     )
     if len(_CACHE) >= _CACHE_MAX:
         _CACHE.clear()
