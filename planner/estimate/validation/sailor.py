@@ -106,6 +106,7 @@ def _plan(rec: dict[str, str], n_layers: int) -> tuple[Plan, dict]:
 
 def sailor_reports(data_dir: Path, profiles: ProfileSet) -> list[FileReport]:
     groups: dict[str, list[Row]] = {"clariden": [], "mit": []}
+    memory: list[Row] = []
     with (data_dir / _FILE).open(newline="") as fh:
         for rec in csv.DictReader(fh):
             group = "clariden" if rec["cluster"].startswith("Clariden") else "mit"
@@ -124,7 +125,13 @@ def sailor_reports(data_dir: Path, profiles: ProfileSet) -> list[FileReport]:
                 note = (note + "; " if note else "") + "we predict OOM"
             groups[group].append(Row(label, measured, est.iteration_time_s,
                                      feasible=est.feasible, used=excluded is None, note=note))
+            memory.append(Row(label, float(rec["measured_peak_mem_GiB(max_mem)"]),
+                              max(st.peak_memory_gib for st in est.stages),
+                              used=excluded is None, note=excluded or ""))
     target = "MAPE <= 15 %, Spearman >= 0.85"
     out = [summarise(_FILE, g, "s/iter", rows, target) for g, rows in groups.items()]
     out.append(summarise(_FILE, "all", "s/iter", groups["clariden"] + groups["mit"], target))
+    out.append(summarise(_FILE, "peak memory", "GiB", memory,
+                         "informational: Sailor's eager fp32 attention keeps s² scores, our "
+                         "graph assumes PyTorch SDPA"))
     return out
