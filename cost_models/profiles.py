@@ -5,8 +5,9 @@ Profile file format (CSV, one row per measurement; docs/cost-model.md has the de
     gpu,model,hidden_size,seq_len,layer_kind,micro_batch,tp,precision,fwd_ms,bwd_ms,update_ms,source
 
 - `gpu`: catalog name (aliases are resolved when the catalog knows them).
-- `model`: model name; rows also match any model with the same `hidden_size` and `seq_len`
-  when no row carries the model's own name.
+- `model`: model name; `block` rows also match any model with the same `hidden_size` and
+  `seq_len` when no row carries the model's own name (embedding and head rows do not: they
+  depend on the vocabulary).
 - `layer_kind`: `embedding`, `block` or `head` (the LayerGraph kinds).
 - `fwd_ms`, `bwd_ms`: one layer, one micro-batch of `micro_batch` sequences, on one GPU of a
   TP group of `tp`, TP communication included (that is how frameworks measure them).
@@ -156,8 +157,10 @@ class ProfileSet:
         precision = _precision_class(precision)
         if name in self._names:
             curve = self._by_name.get((gpu, name, layer_kind, tp, precision))
-        else:
+        elif layer_kind == "block":
             curve = self._by_shape.get((gpu, hidden_size, seq_len, layer_kind, tp, precision))
+        else:  # an embedding or head also depends on the vocabulary, which rows do not record
+            curve = None
         return None if curve is None else curve.at(micro_batch)
 
     @classmethod

@@ -4,8 +4,9 @@ Per pipeline: each chunk's forward/backward from `stage_cost` on its GPU type an
 p2p between consecutive chunks over the link their nodes share, the schedule simulated by
 `planner.simulate`. Then the data-parallel gradient all-reduce: per layer, a ring over the GPUs
 that hold the same shard of it in every pipeline (heterogeneous DP allowed), over the slowest
-link of the ring, NOT overlapped with the backward (DeepSpeed's pipeline engine and Megatron
-without --overlap-grad-reduce reduce after the flush); then the Adam step (sharded under ZeRO-1).
+link of the ring, after the flush (DeepSpeed's pipeline engine, Megatron without overlap) or,
+with `overlap_dp`, hidden behind each device's last micro-batch; then the Adam step (sharded
+under ZeRO-1).
 Iteration time = the slowest pipeline's drain + the longest tail (sync and step after a
 device's last backward, as the simulator lays them out, beyond its pipeline's drain): the
 shared all-reduce cannot start before the slowest pipeline has drained.
