@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.console import Console
 from rich.table import Table
 
 from planner.cli.main import app
@@ -41,6 +42,8 @@ def validate(
         print(f"no measurement data at {folder}; pass --data-dir")
         return
     results = run_all(folder)
+    # Wider than a pipe's default 80 columns, so file names and targets are not cut.
+    out = Console(file=console.file, width=max(console.width, 150))
     if json_out:
         print_json({mode: [r.to_dict() for r in reps] for mode, reps in results.items()})
         return
@@ -52,7 +55,7 @@ def validate(
         for r in reps:
             t.add_row(r.file, r.group, str(r.counted), r.quantity, _fmt(r.mape_pct, True),
                       _fmt(r.spearman), _fmt(r.top1_regret_pct, True), r.target)
-        console.print(t)
+        out.print(t)
         if rows:
             for r in reps:
                 rt = Table(title=f"{r.file} [{r.group}] ({mode})")
@@ -64,4 +67,4 @@ def validate(
                     rt.add_row(x.label, "-" if x.measured is None else f"{x.measured:g}",
                                "-" if x.predicted is None else f"{x.predicted:.4g}", err,
                                ("" if x.used else "not counted: ") + x.note)
-                console.print(rt)
+                out.print(rt)
