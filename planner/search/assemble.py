@@ -1,0 +1,131 @@
+"""Turn chosen pipelines into a Plan: split the micro-batches, place ranks on nodes.
+
+Placement: every TP group needs `tp` GPUs of one node. TP degrees are powers of two that
+divide the node, so first-fit in decreasing TP order packs any set of groups whose total fits
+the group's GPUs (no fragment can strand a request). Two orders are offered and the estimate
+picks: `pipeline` keeps a pipeline's consecutive stages together (p2p on the fast link, DP
+rings across nodes), `replica` keeps one stage's DP replicas together (DP rings on the fast
+link, p2p across nodes) — Megatron's order.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from planner.cluster.model import Cluster
+from planner.plan.schema import Pipeline, Plan, RankInfo, Stage
+from planner.search.partition import Template
+from planner.search.tables import RECOMPUTE
+
+__all__ = ["PLACEMENTS", "PipelineClass", "build_plan", "split_microbatches"]
+
+PLACEMENTS = ("pipeline", "replica")
+
+
+@dataclass(frozen=True, slots=True)
+class PipelineClass:
+    """`replicas` identical pipelines; option index -> (cluster group, tp)."""
+
+    template: Template
+    replicas: int
+    devices: tuple[tuple[int, int], ...]
+
+
+def split_microbatches(total: int, pipelines: Sequence[tuple[float, float, int]]) -> list[int] | None:
+    """Give each pipeline (a, b, min_m) a count m ≥ min_m, Σ m = total, minimising max a + m·b.
+
+    Greedy on the next finishing time is optimal for a min-max of increasing functions (each
+    unit goes where it raises the maximum least; an exchange argument shows no other split
+    does better). Ties go to the lower index, so the split is deterministic. None when the
+    minimums alone exceed `total`.
+    """
+    counts = [p[2] for p in pipelines]
+    left = total - sum(counts)
+    if left < 0:
+        return None
+    # Start from just below the continuous optimum (all pipelines ending at the same tau):
+    # greedy from any start below the optimum's level ends where greedy from the minimums does.
+    rate = sum(1.0 / b for a, b, _ in pipelines if b > 0)
+    if rate > 0 and all(b > 0 for _, b, _ in pipelines):
+        tau = (total + sum(a / b for a, b, _ in pipelines)) / rate
+        start = [max(m0, int((tau - a) / b) - 1) for (a, b, m0) in pipelines]
+        if sum(start) <= total:
+            counts, left = start, total - sum(start)
+    heap = [(a + (m + 1) * b, k) for k, ((a, b, _), m) in enumerate(zip(pipelines, counts,
+                                                                          strict=True))]
+    heapq.heapify(heap)
+    for _ in range(left):
+        _, k = heapq.heappop(heap)
+        counts[k] += 1
+        a, b, _ = pipelines[k]
+        heapq.heappush(heap, (a + (counts[k] + 1) * b, k))
+    return counts
+
+
+def _place(cluster: Cluster, requests: list[tuple[int, int, tuple[int, int, int]]],
+           ) -> dict[tuple[int, int, int], tuple[str, tuple[int, ...]]] | None:
+    """requests: (group, tp, key) in preference order -> key: (node name, local ranks)."""
+    free: dict[int, list[tuple[str, list[bool]]]] = {}
+    for g_idx, group in enumerate(cluster.groups):
+        free[g_idx] = [(name, [True] * group.gpus_per_node) for name in group.node_names()]
+    out: dict[tuple[int, int, int], tuple[str, tuple[int, ...]]] = {}
+    order = sorted(range(len(requests)), key=lambda r: (-requests[r][1], r))
+    for r in order:
+        g_idx, tp, key = requests[r]
+        placed = False
+        for name, slots in free[g_idx]:
+            for start in range(0, len(slots), tp):
+                if all(slots[start:start + tp]):
+                    for x in range(start, start + tp):
+                        slots[x] = False
+                    out[key] = (name, tuple(range(start, start + tp)))
+                    placed = True
+                    break
+            if placed:
+                break
+        if not placed:
+            return None
+    return out
+
+
+def build_plan(cluster: Cluster, classes: Sequence[PipelineClass], microbatches: Sequence[int],
+               *, model_spec: dict[str, Any] | None, global_batch_size: int, micro_batch: int,
+               schedule: str, sequence_parallel: bool, placement: str) -> Plan | None:
+    """The Plan for these pipelines (class by class, replicas in order); None if unplaceable."""
+    pipes: list[tuple[int, int]] = []  # (class, replica)
+    for c_idx, cls in enumerate(classes):
+        pipes.extend((c_idx, r) for r in range(cls.replicas))
+    requests: list[tuple[int, int, tuple[int, int, int]]] = []
+    for p_idx, (c_idx, _) in enumerate(pipes):
+        for s_idx, st in enumerate(classes[c_idx].template.stages):
+            g_idx, tp = classes[c_idx].devices[st.option]
+            requests.append((g_idx, tp, (p_idx, s_idx, g_idx)))
+    if placement == "replica":
+        requests.sort(key=lambda q: (q[2][1], q[2][0]))
+    where = _place(cluster, requests)
+    if where is None:
+        return None
+    node_order = {n.name: i for i, n in enumerate(cluster.nodes)}
+    slots = sorted(((node_order[name], local) for name, locs in where.values() for local in locs))
+    rank_of = {slot: r for r, slot in enumerate(slots)}
+    names = [n.name for n in cluster.nodes]
+    pipelines = []
+    for p_idx, (c_idx, _) in enumerate(pipes):
+        cls = classes[c_idx]
+        stages = []
+        for s_idx, st in enumerate(cls.template.stages):
+            g_idx, tp = cls.devices[st.option]
+            name, locs = where[(p_idx, s_idx, g_idx)]
+            ranks = tuple(rank_of[(node_order[name], x)] for x in locs)
+            stages.append(Stage(layers=(st.start, st.end), gpu=cluster.groups[g_idx].gpu.name,
+                                tp=tp, ranks=ranks, recompute=RECOMPUTE[st.recompute]))
+        pipelines.append(Pipeline(microbatches=microbatches[p_idx], stages=tuple(stages)))
+    ranks = tuple(RankInfo(rank=r, node=names[n], local_rank=loc)
+                  for (n, loc), r in sorted(rank_of.items(), key=lambda kv: kv[1]))
+    return Plan(model=model_spec, cluster=cluster.spec, global_batch_size=global_batch_size,
+                micro_batch_size=micro_batch, schedule=schedule,
+                sequence_parallel=sequence_parallel, zero1=len(pipes) > 1,
+                pipelines=tuple(pipelines), ranks=ranks)

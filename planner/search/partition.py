@@ -1,0 +1,326 @@
+"""The exact dynamic program that cuts the layer chain into pipeline stages.
+
+For one pipeline shape (micro-batches m, schedule, the GPU groups it may draw on with a budget
+per group, ZeRO sharding), choose the number of stages, each stage's layers (contiguous), GPU
+group, TP degree and recompute mode, so as to minimise
+
+    Σ_s (t_s + 2·send_s) + max_s w_s,      w_s = (m − 1)·t_s + tail_s
+
+where t_s is the stage's forward + backward per micro-batch, send_s its p2p hand-off and tail_s
+its data-parallel gradient all-reduce + optimizer step. For uniform stages this is 1F1B's
+(m + S − 1)(f + b) plus the tail. The max is not separable, so the program is solved exactly
+for it: the minimum-sum program is run under a cap W on every w_s, for every W between the
+smallest feasible cap (from a min-max program) and the point where the sum's lower bound rules
+larger caps out.
+
+Memory is a hard constraint per stage. Under 1F1B stage s of S holds S − s micro-batches, so
+the program runs from the last layer backwards and its state carries k = the number of stages
+from this one to the end: (k, first layer, GPUs used per group). A stage takes the fastest
+recompute mode that fits (time and memory are both monotone in the mode, so this is exact).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from planner.search.tables import OptionCosts
+
+__all__ = ["Option", "StageChoice", "Template", "solve"]
+
+_MAX_CAPS = 48
+
+
+@dataclass(frozen=True, slots=True)
+class Option:
+    """A stage device: TP group of `costs.tp` GPUs from budget slot `slot`."""
+
+    slot: int
+    units: int
+    """Budget units one stage uses (TP degree / the island's unit)."""
+    costs: OptionCosts
+    tail_s: np.ndarray
+    """(n+1, n+1): DP all-reduce + optimizer step of the stage, exposed after the pipeline."""
+
+
+@dataclass(frozen=True, slots=True)
+class StageChoice:
+    start: int
+    end: int
+    option: int
+    """Index into the options given to `solve`."""
+    recompute: int
+    """Index into tables.RECOMPUTE."""
+    time_s: float
+    send_s: float
+    tail_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class Template:
+    """One pipeline: its stages and the terms of the objective."""
+
+    stages: tuple[StageChoice, ...]
+    usage: tuple[int, ...]
+    """GPUs per budget slot."""
+
+    @property
+    def sum_s(self) -> float:
+        return sum(s.time_s + 2 * s.send_s for s in self.stages)
+
+    @property
+    def max_time_s(self) -> float:
+        return max(s.time_s for s in self.stages)
+
+    @property
+    def max_tail_s(self) -> float:
+        return max(s.tail_s for s in self.stages)
+
+    def pipeline_s(self, microbatches: int) -> float:
+        """1F1B/GPipe estimate: Σ (t + 2·send) + (m − 1)·max t."""
+        return self.sum_s + (microbatches - 1) * self.max_time_s
+
+    def key(self) -> tuple:
+        return tuple((s.start, s.end, s.option, s.recompute) for s in self.stages)
+
+
+def _inflight(schedule: str, k: int, m: int) -> int:
+    return m if schedule == "gpipe" else min(k, m)
+
+
+class _Program:
+    """Arrays shared by every cap of one `solve` call."""
+
+    def __init__(self, options: Sequence[Option], budgets: tuple[int, ...], n: int, m: int,
+                 schedule: str, zero_dp: int, min_m: int) -> None:
+        self.options, self.n, self.m = options, n, m
+        self.dims = tuple(b + 1 for b in budgets)
+        self.size = int(np.prod(self.dims))
+        strides = [math.prod(self.dims[g + 1:]) for g in range(len(self.dims))]  # C order
+        grid = np.indices(self.dims).reshape(len(self.dims), -1)
+        self.shift: list[tuple[np.ndarray, np.ndarray]] = []
+        for opt in options:
+            ok = grid[opt.slot] + opt.units <= budgets[opt.slot]
+            src = np.nonzero(ok)[0]
+            self.shift.append((src, src + opt.units * int(strides[opt.slot])))
+        min_units: dict[int, int] = {}
+        for opt in options:
+            min_units[opt.slot] = min(min_units.get(opt.slot, opt.units), opt.units)
+        most = sum(budgets[s] // u for s, u in min_units.items())
+        self.s_max = min(n, most, min_m if schedule != "gpipe" else n)
+        # Per option and stage position k: time, weight and recompute mode of every range.
+        self.t: list[list[np.ndarray]] = []
+        self.w: list[list[np.ndarray]] = []
+        self.rc: list[list[np.ndarray]] = []
+        for opt in options:
+            c = opt.costs
+            cache: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+            ts, ws, rcs = [np.empty(0)], [np.empty(0)], [np.empty(0)]
+            for k in range(1, self.s_max + 1):
+                inflight = _inflight(schedule, k, m)
+                if inflight not in cache:
+                    t = np.full((n + 1, n + 1), np.inf)
+                    rc = np.zeros((n + 1, n + 1), dtype=np.int8)
+                    for r in range(len(c.time_s) - 1, -1, -1):
+                        fits = c.memory_gib(r, inflight, zero_dp) <= c.capacity_gib
+                        t = np.where(fits, c.time_s[r], t)
+                        rc = np.where(fits, r, rc).astype(np.int8)
+                    fin = np.isfinite(t)
+                    w = np.where(fin, (m - 1) * np.where(fin, t, 0.0) + opt.tail_s, np.inf)
+                    cache[inflight] = (t, w, rc)
+                t, w, rc = cache[inflight]
+                ts.append(t)
+                ws.append(w)
+                rcs.append(rc)
+            self.t.append(ts)
+            self.w.append(ws)
+            self.rc.append(rcs)
+
+    def caps(self) -> np.ndarray:
+        vals = [w[np.isfinite(w)] for ws in self.w for w in ws[1:]]
+        vals = [v for v in vals if v.size]
+        return np.unique(np.concatenate(vals)) if vals else np.empty(0)
+
+    def run(self, cap: float, minmax: bool = False) -> Template | None:
+        """Min-sum program with every w_s <= cap (or, with `minmax`, the min-max program)."""
+        n, size = self.n, self.size
+        inf = np.inf
+        values = [np.full((n + 1, size), inf)]
+        values[0][n, 0] = 0.0 if not minmax else -inf
+        back_o: list[np.ndarray] = [np.empty(0)]
+        back_j: list[np.ndarray] = [np.empty(0)]
+        for k in range(1, self.s_max + 1):
+            prev = values[k - 1]
+            cur = np.full((n + 1, size), inf)
+            bo = np.full((n + 1, size), -1, dtype=np.int32)
+            bj = np.full((n + 1, size), -1, dtype=np.int32)
+            hi = n - k  # the stage at position k starts at layer <= n - k
+            live = prev < inf
+            rows_live = np.nonzero(live.any(axis=1))[0]
+            if rows_live.size == 0:
+                break
+            j_lo, j_hi = int(rows_live[0]), int(rows_live[-1])
+            cols_live = live.any(axis=0)
+            for o, opt in enumerate(self.options):
+                src, dst = self.shift[o]
+                keep = cols_live[src]
+                if not keep.any():
+                    continue
+                src, dst = src[keep], dst[keep]
+                w = self.w[o][k][: hi + 1, j_lo: j_hi + 1]
+                if minmax:
+                    c = w
+                else:
+                    c = (self.t[o][k][: hi + 1, j_lo: j_hi + 1]
+                         + 2 * opt.costs.send_s[None, j_lo: j_hi + 1])
+                    c = np.where(w <= cap, c, inf)
+                fin = np.isfinite(c)
+                rows = np.nonzero(fin.any(axis=1))[0]
+                if rows.size == 0:
+                    continue
+                cols = np.nonzero(fin.any(axis=0))[0]
+                i0, i1, c0, c1 = int(rows[0]), int(rows[-1]) + 1, int(cols[0]), int(cols[-1]) + 1
+                c = c[i0:i1, c0:c1]
+                g = prev[j_lo + c0: j_lo + c1][:, src]
+                if minmax:
+                    tot = np.maximum(c[:, :, None], g[None, :, :])
+                else:
+                    tot = c[:, :, None] + g[None, :, :]
+                j_arg = np.argmin(tot, axis=1)
+                best = np.take_along_axis(tot, j_arg[:, None, :], axis=1)[:, 0, :]
+                region = cur[i0:i1][:, dst]
+                better = best < region
+                if not better.any():
+                    continue
+                r_idx, c_idx = np.nonzero(better)
+                cur[i0 + r_idx, dst[c_idx]] = best[r_idx, c_idx]
+                bo[i0 + r_idx, dst[c_idx]] = o
+                bj[i0 + r_idx, dst[c_idx]] = j_lo + c0 + j_arg[r_idx, c_idx]
+            values.append(cur)
+            back_o.append(bo)
+            back_j.append(bj)
+        self.values = values
+        best_val, best_k, best_u = inf, -1, -1
+        for k in range(1, len(values)):
+            row = values[k][0]
+            u = int(np.argmin(row))
+            if row[u] < best_val:
+                best_val, best_k, best_u = float(row[u]), k, u
+        if best_k < 0:
+            return None
+        return self._trace(best_k, best_u, back_o, back_j)
+
+    def near(self, cap: float, bound: float, limit: int) -> list[Template]:
+        """Every pipeline with all w_s <= cap and Σ (t + 2·send) <= bound, from the values
+        of the last `run(cap)` (depth-first; the values prune every branch that cannot fit)."""
+        out: list[Template] = []
+        values, n = self.values, self.n
+
+        def rec(k: int, i: int, u: int, acc: float, path: list[tuple[int, int, int]]) -> None:
+            if len(out) >= limit:
+                return
+            if k == 0:
+                if i == n and u == 0:
+                    out.append(self._template(path))
+                return
+            for o, opt in enumerate(self.options):
+                src, dst = self.shift[o]
+                pos = int(np.searchsorted(dst, u))
+                if pos >= dst.size or dst[pos] != u:
+                    continue
+                u2 = int(src[pos])
+                row_t, row_w = self.t[o][k][i], self.w[o][k][i]
+                for j in range(i + 1, n + 1):
+                    if not row_w[j] <= cap:
+                        continue
+                    c = row_t[j] + 2 * opt.costs.send_s[j]
+                    if acc + c + values[k - 1][j, u2] <= bound:
+                        rec(k - 1, j, u2, acc + c, [*path, (i, j, o, k)])
+
+        for k in range(1, len(values)):
+            for u in np.nonzero(values[k][0] <= bound)[0]:
+                rec(k, 0, int(u), 0.0, [])
+        return out
+
+    def _template(self, path: list[tuple[int, int, int, int]]) -> Template:
+        stages, usage = [], np.zeros(len(self.dims), dtype=int)
+        for i, j, o, k in path:
+            opt = self.options[o]
+            stages.append(StageChoice(
+                start=i, end=j, option=o, recompute=int(self.rc[o][k][i, j]),
+                time_s=float(self.t[o][k][i, j]), send_s=float(opt.costs.send_s[j]),
+                tail_s=float(opt.tail_s[i, j])))
+            usage[opt.slot] += opt.costs.tp
+        return Template(stages=tuple(stages), usage=tuple(int(x) for x in usage))
+
+    def _trace(self, k: int, u: int, back_o: list[np.ndarray],
+               back_j: list[np.ndarray]) -> Template:
+        stages = []
+        i = 0
+        usage = np.zeros(len(self.dims), dtype=int)
+        while k > 0:
+            o, j = int(back_o[k][i, u]), int(back_j[k][i, u])
+            opt = self.options[o]
+            stages.append(StageChoice(
+                start=i, end=j, option=o, recompute=int(self.rc[o][k][i, j]),
+                time_s=float(self.t[o][k][i, j]), send_s=float(opt.costs.send_s[j]),
+                tail_s=float(opt.tail_s[i, j])))
+            usage[opt.slot] += opt.costs.tp
+            src, dst = self.shift[o]
+            u = int(src[np.searchsorted(dst, u)])
+            i, k = j, k - 1
+        return Template(stages=tuple(stages), usage=tuple(int(x) for x in usage))
+
+
+def objective(t: Template, m: int) -> float:
+    return t.sum_s + max((m - 1) * s.time_s + s.tail_s for s in t.stages)
+
+
+def solve(options: Sequence[Option], budgets: tuple[int, ...], n: int, m: int, schedule: str,
+          zero_dp: int, *, min_m: int | None = None, max_caps: int = _MAX_CAPS,
+          near: float = 0.0, near_limit: int = 256) -> list[Template]:
+    """The best pipeline for this shape, plus the runners-up met on the way (for re-costing).
+
+    `m` micro-batches weight the max term and set the in-flight memory; `min_m` (default m)
+    is the fewest any replica gets, which bounds the stage count under 1F1B. Returns [] when
+    no split fits in memory. The first template minimises the objective.
+    """
+    prog = _Program(options, budgets, n, m, schedule, zero_dp, m if min_m is None else min_m)
+    if prog.s_max < 1:
+        return []
+    first = prog.run(np.inf, minmax=True)
+    if first is None:
+        return []
+    w0 = max((m - 1) * s.time_s + s.tail_s for s in first.stages)
+    free = prog.run(np.inf)
+    assert free is not None
+    sum_lb = free.sum_s
+    found = {first.key(): first, free.key(): free}
+    best = min(objective(first, m), objective(free, m))
+    caps = prog.caps()
+    caps = caps[(caps >= w0) & (caps <= best - sum_lb)]
+    if caps.size > max_caps:
+        # Geometric thinning keeps the smallest caps (where the max term is tightest) dense.
+        idx = np.unique(np.round(np.geomspace(1, caps.size, max_caps)).astype(int) - 1)
+        caps = caps[idx]
+    for cap in caps:
+        if cap > best - sum_lb:
+            break
+        t = prog.run(float(cap))
+        if t is None:
+            continue
+        found.setdefault(t.key(), t)
+        best = min(best, objective(t, m))
+    if near > 0:
+        # Also every pipeline within `near` of the best objective: the estimate, which judges,
+        # splits forward and backward and so can order near-ties differently.
+        target = best * (1 + near)
+        cap = target - sum_lb
+        if prog.run(cap) is not None:
+            for t in prog.near(cap, target - w0, near_limit):
+                if objective(t, m) <= target:
+                    found.setdefault(t.key(), t)
+    return sorted(found.values(), key=lambda t: (objective(t, m), t.key()))

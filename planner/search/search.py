@@ -1,0 +1,353 @@
+"""`plan(model, cluster, ...)`: enumerate shapes, solve each exactly, re-cost, rank.
+
+Shapes: micro-batch size b (divides the global batch), schedule, an *island* (a set of the
+cluster's GPU groups) and a replica count d. An island with d replicas runs d identical
+pipelines, each drawing at most ⌊N_g / d⌋ GPUs of every group g in it; `partition.solve` finds
+its best pipeline. A plan is one island's pipelines (homogeneous data parallelism, stages
+possibly on different GPU types) or several islands' side by side (heterogeneous data
+parallelism: pipelines of different shapes, micro-batches split in proportion to speed).
+Groups in no island stay idle. Shapes are visited in order of a lower bound and skipped once
+the bound exceeds the best estimate found. The candidates with the best objective terms are
+re-costed with `estimate`, which alone ranks them.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from cost_models.memory import GIB, optimizer_bytes_per_param, state_bytes_per_param
+from cost_models.profiles import ProfileSet
+from planner.cluster.model import Cluster
+from planner.errors import HetplanError
+from planner.estimate.estimate import estimate, with_prediction
+from planner.estimate.resolve import resolve_cluster, resolve_model
+from planner.estimate.result import Estimate
+from planner.plan.schema import Plan
+from planner.search.assemble import PLACEMENTS, PipelineClass, build_plan
+from planner.search.bounds import layer_bound
+from planner.search.explain import explain_infeasible
+from planner.search.hetero import heterogeneous_plans, shortlist
+from planner.search.partition import Option, objective, solve
+from planner.search.result import SearchResult, SearchStats
+from planner.search.tables import OptionCosts, option_costs, tp_degrees
+
+__all__ = ["plan"]
+
+OBJECTIVES = ("throughput", "cost")
+_MAX_USAGE_STATES = 1024
+"""Largest per-pipeline GPU-budget grid Π(budget_g + 1) a mixed island is solved over exactly."""
+_COST_ALL_BELOW = 3000
+"""Re-cost every candidate when there are at most this many; else the best by the program."""
+_COST_TOP = 16
+_COMBINE_EVERY = 16
+_NEAR = 0.5
+"""Small clusters: also re-cost every pipeline within 50 % of the program's best objective."""
+_SMALL_CLUSTER = 16
+"""Up to this many GPUs every bottleneck cap is tried and every candidate re-costed."""
+
+
+def plan_key(p: Plan) -> tuple:
+    """A total, deterministic order on plans (the last tie-breaker of the ranking)."""
+    return (p.micro_batch_size, p.schedule, p.virtual_stages,
+            tuple((pp.microbatches, tuple((s.layers, s.gpu, s.tp, s.ranks, s.recompute)
+                                          for s in pp.stages)) for pp in p.pipelines),
+            tuple((r.node, r.local_rank) for r in p.ranks))
+
+
+def _model_spec(model: Any) -> dict[str, Any] | None:
+    spec = model if isinstance(model, dict) else getattr(model, "spec", None)
+    if spec is None or isinstance(spec, dict):
+        return spec
+    to_dict = getattr(spec, "to_dict", None)
+    return to_dict() if callable(to_dict) else None
+
+
+def _default_batch(spec: dict[str, Any] | None) -> int:
+    gbs = ((spec or {}).get("training") or {}).get("global_batch_size")
+    if not gbs:
+        raise HetplanError("no global batch size: pass --global-batch N (or global_batch_size=) "
+                           "or set training.global_batch_size in the model spec")
+    return int(gbs)
+
+
+def _islands(n_groups: int) -> list[tuple[int, ...]]:
+    return [c for r in range(1, n_groups + 1) for c in itertools.combinations(range(n_groups), r)]
+
+
+class _Search:
+    def __init__(self, graph, precision: str, cluster: Cluster, spec, gbs: int, *,
+                 objective_name: str, budget: float | None, sequence_parallel: bool,
+                 profiles: ProfileSet | None, progress: Callable[[float, str], None] | None):
+        self.graph, self.precision, self.cluster, self.spec = graph, precision, cluster, spec
+        self.gbs, self.objective, self.budget = gbs, objective_name, budget
+        self.sp, self.profiles, self.progress = sequence_parallel, profiles, progress
+        self.n = len(graph.layers)
+        self.latency_s = cluster.latency_us * 1e-6
+        self.gpus = [g.gpus for g in cluster.groups]
+        self.prices = [g.price_per_gpu_hour for g in cluster.groups]
+        self.costs: dict[tuple[int, int, int], OptionCosts] = {}
+        self.shapes = self.pruned = self.programs = 0
+        self.notes: list[str] = []
+        self.exact = True
+        self.incumbent = math.inf
+        self.state_bytes = state_bytes_per_param(precision)
+        self.opt_bytes = optimizer_bytes_per_param(precision)
+        self.memo: dict[tuple, list[PipelineClass]] = {}
+        self.steps: list[tuple[int, str]] = []
+        small = sum(self.gpus) <= _SMALL_CLUSTER
+        self.max_caps = 48 if small else 4
+        self.near = _NEAR if small else 0.0
+
+    def options(self, b: int) -> list[OptionCosts]:
+        out = []
+        for g_idx, group in enumerate(self.cluster.groups):
+            for tp in tp_degrees(group, self.graph):
+                key = (g_idx, tp, b)
+                if key not in self.costs:
+                    self.costs[key] = option_costs(
+                        self.graph, self.cluster, g_idx, tp, b, precision=self.precision,
+                        sequence_parallel=self.sp, profiles=self.profiles)
+                out.append(self.costs[key])
+        return out
+
+    def island_options(self, opts: list[OptionCosts], island: tuple[int, ...], d: int,
+                       zero_dp: int, unit: int) -> tuple[list[Option], list[tuple[int, int]]]:
+        chosen, devices = [], []
+        for c in opts:
+            if c.group not in island or c.tp < unit:
+                continue
+            group = self.cluster.groups[c.group]
+            tail = c.update_s / max(zero_dp, 1) + c.dp_sync_s(d, self.latency_s, group)
+            chosen.append(Option(slot=island.index(c.group), units=c.tp // unit, costs=c,
+                                 tail_s=tail))
+            devices.append((c.group, c.tp))
+        return chosen, devices
+
+    def price_ok(self, gpus: dict[int, int]) -> bool:
+        if self.budget is None:
+            return True
+        if any(self.prices[g] is None for g in gpus if gpus[g]):
+            return False
+        return sum(self.prices[g] * k for g, k in gpus.items()) <= self.budget + 1e-9
+
+    def shapes_for(self, b: int, schedule: str) -> list[tuple[float, int, str, tuple[int, ...], int]]:
+        """(lower bound, b, schedule, island, replicas) for every shape whose GPUs can hold the
+        model state; the bound holds for any plan that contains such a class."""
+        opts = self.options(b)
+        bound = layer_bound(opts)
+        total_mb = self.gbs // b
+        state = self.graph.params * self.state_bytes
+        out = []
+        for island in _islands(len(self.cluster.groups)):
+            cap = max(self.cluster.groups[g].gpu.memory_gib for g in island) * GIB
+            for d in range(1, min(min(self.gpus[g] for g in island), total_mb) + 1):
+                budgets = {g: self.gpus[g] // d for g in island}
+                need = state - self.graph.params * self.opt_bytes * (1 - 1 / d)
+                if sum(budgets.values()) * cap < need:
+                    continue  # the pipeline's GPUs cannot hold the model state at all
+                offered = {g: k for g, k in enumerate(self.gpus) if g not in island}
+                offered.update({g: d * k for g, k in budgets.items()})
+                out.append((bound.iteration_s(total_mb, offered), b, schedule, island, d))
+        return out
+
+    def solve_shape(self, b: int, schedule: str, island: tuple[int, ...], d: int,
+                    pipelines: int | None = None, microbatches: int | None = None,
+                    ) -> list[PipelineClass]:
+        """Best classes of d pipelines on `island`; alone (the default) or as part of a plan
+        with `pipelines` pipelines in all, each of these getting `microbatches`."""
+        opts = self.options(b)
+        total_mb = self.gbs // b
+        budgets = tuple(self.gpus[g] // d for g in island)
+        unit = 1
+        while len(island) > 1 and math.prod(k // unit + 1 for k in budgets) > _MAX_USAGE_STATES:
+            unit *= 2
+        note = (f"b={b} {schedule} groups {list(island)} × {d}: stages limited to TP ≥ {unit} "
+                "to bound the program")
+        if unit > 1 and note not in self.notes:
+            self.exact = False
+            self.notes.append(note)
+        p_all = d if pipelines is None else pipelines
+        options, devices = self.island_options(opts, island, p_all, p_all, unit)
+        if not options:
+            return []
+        if microbatches is None:
+            m_hi, m_lo = -(-total_mb // d), total_mb // d
+        else:
+            m_hi = m_lo = microbatches
+        temps = solve(options, tuple(k // unit for k in budgets), self.n, m_hi, schedule, p_all,
+                      min_m=m_lo, max_caps=self.max_caps, near=self.near)
+        self.programs += 1
+        out = []
+        for t in temps:
+            gpus = {island[s]: d * u for s, u in enumerate(t.usage)}
+            if self.price_ok(gpus):
+                out.append(PipelineClass(t, d, tuple(devices)))
+        return out
+
+    def run(self, micro_batch_sizes: Sequence[int], schedules: Sequence[str]):
+        """Solve shapes by increasing lower bound until the bound passes the best estimate
+        found so far; every few shapes, combine islands into heterogeneous plans."""
+        self.steps = [(b, sched) for b in micro_batch_sizes for sched in schedules]
+        shapes = [sh for b, sched in self.steps for sh in self.shapes_for(b, sched)]
+        shapes.sort(key=lambda sh: (sh[0], sh[1], sh[2], len(sh[3]), sh[3], sh[4]))
+        self.shapes = len(shapes)
+        found: dict[tuple[int, str], dict[tuple[int, ...], list[PipelineClass]]] = {}
+        raw: list = []
+        best_score = math.inf
+        for idx, (lb, b, schedule, island, d) in enumerate(shapes):
+            if self.progress:
+                self.progress(idx / len(shapes), f"micro-batch {b}, {schedule}, "
+                              f"groups {list(island)} × {d}")
+            if lb >= self.incumbent:
+                self.pruned += len(shapes) - idx
+                break
+            classes = self.solve_shape(b, schedule, island, d)
+            found.setdefault((b, schedule), {}).setdefault(island, []).extend(classes)
+            total_mb = self.gbs // b
+            fresh = []
+            for cls in classes:
+                counts = [total_mb // d + (1 if r < total_mb % d else 0) for r in range(d)]
+                fresh.append((objective(cls.template, -(-total_mb // d)),
+                              (b, schedule, island, d, cls.template.key()),
+                              b, schedule, (cls,), tuple(counts)))
+            raw.extend(fresh)
+            if fresh and min(f[0] for f in fresh) < best_score:
+                best_score = min(f[0] for f in fresh)
+                self.refresh_incumbent(fresh)
+            if idx % _COMBINE_EVERY == _COMBINE_EVERY - 1:
+                self.refresh_incumbent(self.combine(found, raw))
+        self.combine(found, raw)
+        if self.progress:
+            self.progress(1.0, "re-costing")
+        return raw
+
+    def combine(self, found, raw: list) -> list:
+        """Add heterogeneous plans (classes on disjoint islands) to `raw`; returns the new."""
+        seen = {r[1] for r in raw}
+        new = []
+        exhaustive = sum(self.gpus) <= _SMALL_CLUSTER
+        for b, schedule in self.steps:
+            total_mb = self.gbs // b
+            if exhaustive:
+                choices = {isl: list(range(1, min(self.gpus[g] for g in isl) + 1))
+                           for isl in _islands(len(self.gpus))}
+            else:
+                choices = {isl: shortlist(lst, total_mb)
+                           for isl, lst in found.get((b, schedule), {}).items() if lst}
+
+            def solver(isl, d, p, m, b=b, schedule=schedule):
+                key = (b, schedule, isl, d, p, m)
+                if key not in self.memo:
+                    self.memo[key] = self.solve_shape(b, schedule, isl, d, pipelines=p,
+                                                      microbatches=m)
+                return self.memo[key]
+
+            for score, key, combo, counts in heterogeneous_plans(
+                    solver, choices, total_mb, schedule, per_island=16 if exhaustive else 1):
+                gpus: dict[int, int] = {}
+                for isl, cls in zip((k[0] for k in key), combo, strict=True):
+                    for slot, u in enumerate(cls.template.usage):
+                        gpus[isl[slot]] = gpus.get(isl[slot], 0) + cls.replicas * u
+                full = (b, schedule, key)
+                if full not in seen and self.price_ok(gpus):
+                    seen.add(full)
+                    new.append((score, full, b, schedule, combo, counts))
+        raw.extend(new)
+        return new
+
+    def refresh_incumbent(self, entries: list) -> None:
+        """Estimate the best candidates so the lower-bound pruning has a target."""
+        if not entries or self.objective != "throughput" or self.budget is not None:
+            return
+        for entry in sorted(entries, key=lambda r: (r[0], repr(r[1])))[:2]:
+            for plan in self.plans(entry)[:1]:
+                est = estimate(self.graph, self.cluster, plan, profiles=self.profiles)
+                if est.feasible:
+                    self.incumbent = min(self.incumbent, est.iteration_time_s)
+
+    def plans(self, entry) -> list[Plan]:
+        _, _, b, schedule, classes, counts = entry
+        out = []
+        for placement in PLACEMENTS:
+            p = build_plan(self.cluster, classes, counts, model_spec=self.spec,
+                           global_batch_size=self.gbs, micro_batch=b, schedule=schedule,
+                           sequence_parallel=self.sp, placement=placement)
+            if p is not None and all(p != q for q in out):
+                out.append(p)
+        return out
+
+    def rank_key(self, est: Estimate, plan: Plan) -> tuple:
+        if self.objective == "cost":
+            usd = est.usd_per_million_tokens
+            return (math.inf if usd is None else usd, est.iteration_time_s, plan_key(plan))
+        return (est.iteration_time_s, len(plan.ranks), plan_key(plan))
+
+
+def plan(model: Any, cluster: Any, *, global_batch_size: int | None = None,
+         objective: str = "throughput", budget_usd_per_hour: float | None = None,
+         top_k: int = 5, micro_batch_sizes: Sequence[int] | None = None,
+         schedules: Sequence[str] | None = None, sequence_parallel: bool = False,
+         profiles: ProfileSet | None = None,
+         progress: Callable[[float, str], None] | None = None) -> SearchResult:
+    """The best plan for `model` on `cluster` (and the top-k), as `estimate` ranks them.
+
+    `objective`: "throughput" (least iteration time) or "cost" (least $ per million tokens);
+    `budget_usd_per_hour` keeps only plans whose GPUs cost at most that. Raises
+    InfeasibleError, with the numbers, when nothing fits.
+    """
+    start = time.perf_counter()
+    if objective not in OBJECTIVES:
+        raise HetplanError(f"objective {objective!r} is not one of {', '.join(OBJECTIVES)}")
+    graph, precision = resolve_model(model)
+    cluster = resolve_cluster(cluster)
+    spec = _model_spec(model)
+    gbs = global_batch_size if global_batch_size is not None else _default_batch(spec)
+    if gbs < 1:
+        raise HetplanError(f"global batch size must be >= 1, got {gbs}")
+    if top_k < 1:
+        raise HetplanError(f"top_k must be >= 1, got {top_k}")
+    sizes = sorted({b for b in (micro_batch_sizes or (1, 2, 4, 8)) if b >= 1 and gbs % b == 0})
+    if not sizes:
+        raise HetplanError(f"no micro-batch size in {list(micro_batch_sizes or ())} divides the "
+                           f"global batch {gbs}")
+    scheds = tuple(schedules or ("1f1b",))
+    for s in scheds:
+        if s not in ("1f1b", "gpipe"):
+            raise HetplanError(f"schedule {s!r} is not searched; use 1f1b or gpipe")
+    search = _Search(graph, precision, cluster, spec, gbs, objective_name=objective,
+                     budget=budget_usd_per_hour, sequence_parallel=sequence_parallel,
+                     profiles=profiles, progress=progress)
+    raw = search.run(sizes, scheds)
+    raw.sort(key=lambda r: (r[0], repr(r[1])))
+    small = len(raw) <= _COST_ALL_BELOW and sum(search.gpus) <= _SMALL_CLUSTER
+    chosen = raw if small else raw[:max(_COST_TOP, 2 * top_k)]
+    costed: list[tuple[tuple, Plan, Estimate]] = []
+    seen: set[tuple] = set()
+    for entry in chosen:
+        for p in search.plans(entry):
+            key = plan_key(p)
+            if key in seen:
+                continue
+            seen.add(key)
+            est = estimate(graph, cluster, p, profiles=profiles)
+            if not est.feasible:
+                continue
+            if budget_usd_per_hour is not None and (
+                    est.usd_per_hour is None or est.usd_per_hour > budget_usd_per_hour + 1e-9):
+                continue
+            costed.append((search.rank_key(est, p), p, est))
+    if not costed:
+        raise explain_infeasible(graph, cluster, search, sizes, budget_usd_per_hour)
+    costed.sort(key=lambda c: c[0])
+    top = costed[:top_k]
+    plans = tuple(with_prediction(p, e) for _, p, e in top)
+    stats = SearchStats(shapes=search.shapes, shapes_pruned=search.pruned,
+                        programs=search.programs, candidates=len(raw), costed=len(seen),
+                        seconds=time.perf_counter() - start, exact=search.exact,
+                        notes=tuple(search.notes))
+    return SearchResult(best=plans[0], candidates=plans, estimates=tuple(e for _, _, e in top),
+                        stats=stats)

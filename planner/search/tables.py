@@ -1,0 +1,150 @@
+"""Cost arrays over every layer range [i, j) for one stage option (GPU group, TP, micro-batch).
+
+The estimate's `layer_cost_table` already keeps per-layer prefix sums; here they become
+(n+1) × (n+1) numpy arrays so that the dynamic program looks up any stage in O(1) and works on
+whole rows at once. Every figure is the estimate's own (same function, same arguments), so a
+stage the search prices is priced identically when the plan is re-costed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from cost_models.memory import FRAMEWORK_OVERHEAD_GIB, GIB
+from cost_models.profiles import ProfileSet
+from planner.cluster.model import Cluster, Node, NodeGroup
+from planner.estimate.links import intra_link, nic_link, p2p_time_s
+from planner.estimate.stage_cost import layer_cost_table
+from planner.graph.layers import LayerGraph
+
+__all__ = ["RECOMPUTE", "OptionCosts", "option_costs", "tp_degrees"]
+
+RECOMPUTE = ("none", "selective", "full")
+"""Recompute modes, fastest first: the search takes the first one whose memory fits."""
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class OptionCosts:
+    """Stage [i, j) on a TP group of `tp` GPUs of `group`, one micro-batch of `micro_batch`."""
+
+    group: int
+    """Index into `cluster.groups`."""
+    tp: int
+    micro_batch: int
+    capacity_gib: float
+    time_s: np.ndarray
+    """(3, n+1, n+1): forward + backward per micro-batch for each recompute mode; +inf where
+    j <= i or the TP degree exceeds a layer's `max_tp`."""
+    fixed_gib: np.ndarray
+    """(3, n+1, n+1): weights, gradients, unsharded non-optimizer state, recompute transient and
+    framework overhead (everything but activations and the ZeRO-shardable optimizer state)."""
+    optimizer_gib: np.ndarray
+    """(n+1, n+1): optimizer state ZeRO-1 can shard."""
+    act_gib: np.ndarray
+    """(3, n+1, n+1): activations one in-flight micro-batch holds per GPU."""
+    update_s: np.ndarray
+    """(n+1, n+1): the Adam step, unsharded."""
+    grad_bytes: np.ndarray
+    """(n+1, n+1): gradient bytes per GPU the DP all-reduce moves (params × dtype / tp)."""
+    ring_layers: np.ndarray
+    """(n+1, n+1): layers with parameters (each costs the ring its latency terms)."""
+    send_s: np.ndarray
+    """(n+1,): p2p of one micro-batch from a stage ending at j to a stage on another node."""
+
+    def memory_gib(self, rc: int, inflight: float, zero_dp: int) -> np.ndarray:
+        """Peak memory per GPU of every stage (same formula as `stage_peak_memory_gib`)."""
+        opt = self.optimizer_gib / max(zero_dp, 1)
+        return self.fixed_gib[rc] + opt + self.act_gib[rc] * inflight
+
+    def dp_sync_s(self, replicas: int, latency_s: float, group: NodeGroup) -> np.ndarray:
+        """Ring all-reduce of every stage's gradients over `replicas` pipelines.
+
+        As the estimate prices it with DP replicas packed onto nodes (the `replica`
+        placement): on one node the ring runs over the intra-node link; across nodes each
+        node's NIC is shared by its GPUs, gpus_per_node / tp of which are in this ring.
+        """
+        if replicas <= 1:
+            return np.zeros_like(self.update_s)
+        gpn = group.gpus_per_node
+        node = Node(name="_", group=group, index=0)
+        if replicas * self.tp <= gpn:
+            link = intra_link(node)
+        else:
+            link = nic_link(node, 1.0 / self.tp, latency_s)
+        per_byte_s = 2 * (replicas - 1) / replicas / link.bytes_per_s
+        return (self.grad_bytes * per_byte_s
+                + self.ring_layers * (2 * (replicas - 1) * link.latency_s))
+
+
+def tp_degrees(group: NodeGroup, graph: LayerGraph) -> tuple[int, ...]:
+    """TP degrees a stage may use on `group`: powers of two dividing the node, up to the
+    largest any layer allows (so TP groups pack into nodes without fragments)."""
+    top = max(layer.max_tp for layer in graph.layers)
+    out = []
+    t = 1
+    while t <= group.gpus_per_node and t <= top:
+        if group.gpus_per_node % t == 0:
+            out.append(t)
+        t *= 2
+    return tuple(out)
+
+
+def _ranges(prefix: tuple[float, ...] | np.ndarray) -> np.ndarray:
+    p = np.asarray(prefix, dtype=float)
+    return p[None, :] - p[:, None]
+
+
+def _range_max(values: np.ndarray) -> np.ndarray:
+    """out[i, j] = max(values[i:j]) for i < j (0 elsewhere)."""
+    n = len(values)
+    out = np.zeros((n + 1, n + 1))
+    for i in range(n):
+        out[i, i + 1:] = np.maximum.accumulate(values[i:])
+    return out
+
+
+def option_costs(graph: LayerGraph, cluster: Cluster, group_index: int, tp: int,
+                 micro_batch: int, *, precision: str, sequence_parallel: bool,
+                 profiles: ProfileSet | None) -> OptionCosts:
+    group = cluster.groups[group_index]
+    n = len(graph.layers)
+    upper = np.triu(np.ones((n + 1, n + 1), dtype=bool), k=1)
+    max_tp = np.array([layer.max_tp for layer in graph.layers], dtype=float)
+    tp_ok = np.zeros((n + 1, n + 1), dtype=bool)
+    for i in range(n):
+        tp_ok[i, i + 1:] = np.minimum.accumulate(max_tp[i:]) >= tp
+    valid = upper & tp_ok
+    times, fixed, acts = [], [], []
+    table = None
+    for rc in RECOMPUTE:
+        table = layer_cost_table(
+            graph, group.gpu, tp, micro_batch, rc, precision=precision,
+            sequence_parallel=sequence_parallel, intra_node_gb_per_s=group.intra_node_gb_per_s,
+            intra_node_link=group.intra_node, profiles=profiles)
+        t = _ranges(table.fwd_s) + _ranges(table.bwd_s)
+        times.append(np.where(valid, t, np.inf))
+        params = _ranges(table.params)
+        state = params * (table.state_bytes_per_param - table.optimizer_bytes_per_param)
+        transient = _range_max(np.asarray(table.transient_bytes, dtype=float))
+        fixed.append((state + transient) / GIB + FRAMEWORK_OVERHEAD_GIB)
+        acts.append(_ranges(table.activation_bytes) / GIB)
+    assert table is not None
+    params = _ranges(table.params)
+    has_params = _ranges(np.concatenate(
+        [[0.0], np.cumsum([1.0 if layer.params > 0 else 0.0 for layer in graph.layers])]))
+    node_a = Node(name="_a", group=group, index=0)
+    node_b = Node(name="_b", group=group, index=1)
+    latency_s = cluster.latency_us * 1e-6
+    send = np.zeros(n + 1)
+    for j in range(1, n):
+        send[j] = p2p_time_s(table.output_bytes[j - 1], node_a, tp, node_b, latency_s)
+    return OptionCosts(
+        group=group_index, tp=tp, micro_batch=micro_batch, capacity_gib=group.gpu.memory_gib,
+        time_s=np.stack(times), fixed_gib=np.stack(fixed),
+        optimizer_gib=params * table.optimizer_bytes_per_param / GIB,
+        act_gib=np.stack(acts), update_s=_ranges(table.update_s),
+        grad_bytes=_ranges(np.concatenate(
+            [[0.0], np.cumsum([layer.params * graph.dtype_bytes / tp for layer in graph.layers])])),
+        ring_layers=has_params, send_s=send)
