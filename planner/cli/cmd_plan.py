@@ -1,0 +1,149 @@
+"""`hetplan plan`: search the best plan for a model on a cluster.
+
+    hetplan plan MODEL CLUSTER [-o plan.json] [--global-batch N] [--objective throughput|cost]
+                 [--budget-usd-per-hour X] [--top-k K] [--json]
+
+Prints the winner's stages (GPU type and count, TP, layers, forward/backward ms, peak memory
+against capacity), its iteration time, tokens/s, MFU and cost, then the runners-up. A
+progress bar appears when the search runs for more than a second (never with --json).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from typing import Annotated, Any
+
+import typer
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from planner.cli.main import app
+from planner.cli.output import console, print_json
+from planner.errors import HetplanError
+
+__all__ = ["plan"]
+
+_BAR_AFTER_S = 1.0
+
+
+class _Bar:
+    """A rich progress bar that shows itself only once the search has run a second."""
+
+    def __init__(self) -> None:
+        self.start = time.perf_counter()
+        self.progress: Progress | None = None
+        self.task: Any = None
+
+    def __call__(self, fraction: float, what: str) -> None:
+        if self.progress is None:
+            if time.perf_counter() - self.start < _BAR_AFTER_S:
+                return
+            self.progress = Progress(TextColumn("searching"), BarColumn(),
+                                     TextColumn("{task.percentage:>3.0f}%"),
+                                     TextColumn("{task.description}"), TimeElapsedColumn(),
+                                     console=console, transient=True)
+            self.progress.start()
+            self.task = self.progress.add_task(what, total=1.0)
+        self.progress.update(self.task, completed=fraction, description=what)
+
+    def close(self) -> None:
+        if self.progress is not None:
+            self.progress.stop()
+
+
+def _stage_table(plan: Any, est: Any, title: str) -> Table:
+    t = Table(title=title)
+    for col in ("pipe", "stage", "GPU", "count", "TP", "layers", "recompute", "fwd ms",
+                "bwd ms", "memory GiB"):
+        t.add_column(col, justify="left" if col in ("GPU", "layers", "recompute") else "right")
+    for s in est.stages:
+        st = plan.pipelines[s.pipeline].stages[s.stage]
+        mem = f"{s.peak_memory_gib:.1f} / {s.memory_capacity_gib:.0f}"
+        t.add_row(str(s.pipeline), str(s.stage), s.gpu, str(len(st.ranks)), str(s.tp),
+                  f"[{s.layers[0]}, {s.layers[1]})", st.recompute, f"{s.fwd_ms:.2f}",
+                  f"{s.bwd_ms:.2f}", mem)
+    return t
+
+
+def _summary(plan: Any, est: Any) -> str:
+    price = ("no prices in the cluster file" if est.usd_per_hour is None else
+             f"${est.usd_per_hour:.2f}/h, ${est.usd_per_million_tokens:.3f} per 1M tokens")
+    return (f"iteration {est.iteration_time_s:.4f} s, {est.tokens_per_s:,.0f} tokens/s, "
+            f"MFU {100 * est.mfu:.1f} %, {price}; micro-batch {plan.micro_batch_size}, "
+            f"{plan.schedule}, {len(plan.pipelines)} pipeline(s), {len(plan.ranks)} GPUs")
+
+
+def _shape(plan: Any) -> str:
+    """One line per distinct pipeline shape: replicas × stages (GPU×TP: layers)."""
+    shapes: Counter[str] = Counter()
+    for pipe in plan.pipelines:
+        shapes[" → ".join(f"{s.gpu}×{s.tp} [{s.layers[0]},{s.layers[1]})"
+                          for s in pipe.stages)] += 1
+    return "; ".join(f"{k} × {v}" for k, v in shapes.items())
+
+
+@app.command()
+def plan(
+    model: Annotated[str, typer.Argument(help="Model: zoo name, YAML or config.json.")],
+    cluster: Annotated[str, typer.Argument(help="Cluster: name under configs/clusters or YAML.")],
+    output: Annotated[str | None, typer.Option("-o", "--output", help="Write the plan JSON "
+                                               "here.")] = None,
+    global_batch: Annotated[int | None, typer.Option(
+        "--global-batch", help="Sequences per iteration (default: the model spec's).")] = None,
+    objective: Annotated[str, typer.Option("--objective", help="throughput | cost.")
+                         ] = "throughput",
+    budget_usd_per_hour: Annotated[float | None, typer.Option(
+        "--budget-usd-per-hour", help="Only plans whose GPUs cost at most this.")] = None,
+    top_k: Annotated[int, typer.Option("--top-k", help="Alternatives to list.")] = 5,
+    sequence_parallel: Annotated[bool, typer.Option(
+        "--sequence-parallel", help="Plan with Megatron sequence parallelism.")] = False,
+    json_out: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+) -> None:
+    """Find the fastest (or cheapest) plan for MODEL on CLUSTER, exactly."""
+    from planner.cluster import load_cluster
+    from planner.graph import load_model
+    from planner.search import plan as search
+
+    if objective not in ("throughput", "cost"):
+        raise HetplanError(f"--objective {objective!r}: use throughput or cost")
+    if top_k < 1:
+        raise HetplanError(f"--top-k {top_k}: must be at least 1")
+    m = load_model(model)
+    cl = load_cluster(cluster)
+    bar = None if json_out else _Bar()
+    try:
+        result = search(m, cl, global_batch_size=global_batch, objective=objective,
+                        budget_usd_per_hour=budget_usd_per_hour, top_k=top_k,
+                        sequence_parallel=sequence_parallel, progress=bar)
+    finally:
+        if bar is not None:
+            bar.close()
+    if output:
+        result.best.save(output)
+    if json_out:
+        print_json({"plan": result.best.to_dict(),
+                    "alternatives": [{"predicted": p.predicted, "shape": _shape(p)}
+                                     for p in result.candidates[1:]],
+                    "search": result.stats.to_dict()})
+        return
+    best, est = result.best, result.estimates[0]
+    console.print(_stage_table(best, est, f"{m.name} on {cl.name}: best plan"))
+    console.print(_summary(best, est))
+    if len(result.candidates) > 1:
+        alt = Table(title="alternatives")
+        for col in ("#", "iteration s", "tokens/s", "MFU %", "$/h", "$/1M tok", "shape"):
+            alt.add_column(col, justify="left" if col == "shape" else "right")
+        for k, (p, e) in enumerate(zip(result.candidates, result.estimates, strict=True)):
+            alt.add_row(str(k + 1), f"{e.iteration_time_s:.4f}", f"{e.tokens_per_s:,.0f}",
+                        f"{100 * e.mfu:.1f}",
+                        "-" if e.usd_per_hour is None else f"{e.usd_per_hour:.2f}",
+                        "-" if e.usd_per_million_tokens is None
+                        else f"{e.usd_per_million_tokens:.3f}", _shape(p))
+        console.print(alt)
+    s = result.stats
+    console.print(f"searched {s.shapes} shapes ({s.shapes_pruned} pruned by the lower bound), "
+                  f"{s.programs} programs, {s.costed} plans re-costed, {s.seconds:.2f} s"
+                  + ("" if s.exact else " (reduced space for some shapes; see --json)"))
+    if output:
+        console.print(f"plan written to {output}")
