@@ -31,6 +31,7 @@ def _register() -> None:
         cmd_inspect,
         cmd_launch,
         cmd_models,
+        cmd_plan,
         cmd_simulate,
         cmd_validate,
         cmd_whatif,
