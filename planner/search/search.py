@@ -46,7 +46,7 @@ _COST_TOP = 16
 _COMBINE_EVERY = 16
 _NEAR = 0.5
 """Small clusters: also re-cost every pipeline within 50 % of the program's best objective."""
-_SMALL_CLUSTER = 16
+_SMALL_CLUSTER = 8
 """Up to this many GPUs every bottleneck cap is tried and every candidate re-costed."""
 
 
@@ -162,6 +162,13 @@ class _Search:
         opts = self.options(b)
         total_mb = self.gbs // b
         budgets = tuple(self.gpus[g] // d for g in island)
+        if self.budget is not None:
+            # A class of d pipelines can afford at most budget / (d · price) GPUs of a group.
+            budgets = tuple(k if self.prices[g] is None or self.prices[g] <= 0
+                            else min(k, int(self.budget / (d * self.prices[g]) + 1e-9))
+                            for g, k in zip(island, budgets, strict=True))
+            if not any(budgets):
+                return []
         unit = 1
         while len(island) > 1 and math.prod(k // unit + 1 for k in budgets) > _MAX_USAGE_STATES:
             unit *= 2
