@@ -34,7 +34,8 @@ class PipelineClass:
     devices: tuple[tuple[int, int], ...]
 
 
-def split_microbatches(total: int, pipelines: Sequence[tuple[float, float, int]]) -> list[int] | None:
+def split_microbatches(total: int, pipelines: Sequence[tuple[float, float, int]],
+                       ) -> list[int] | None:
     """Give each pipeline (a, b, min_m) a count m ≥ min_m, Σ m = total, minimising max a + m·b.
 
     Greedy on the next finishing time is optimal for a min-max of increasing functions (each

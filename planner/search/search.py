@@ -44,6 +44,8 @@ _COST_ALL_BELOW = 3000
 """Re-cost every candidate when there are at most this many; else the best by the program."""
 _COST_TOP = 16
 _COMBINE_EVERY = 16
+_MAX_WORK = 3e8
+"""Largest n² · stages · budget states · options a program may take outside exhaustive mode."""
 _NEAR = 0.5
 """Small clusters: also re-cost every pipeline within 50 % of the program's best objective."""
 _SMALL_CLUSTER = 8
@@ -99,7 +101,11 @@ class _Search:
         self.memo: dict[tuple, list[PipelineClass]] = {}
         self.steps: list[tuple[int, str]] = []
         small = sum(self.gpus) <= _SMALL_CLUSTER
-        self.max_caps = 48 if small else 4
+        self.small = small
+        self.skipped_same_budget = 0
+        self.skipped_work = 0
+        self.coarse = 0
+        self.max_caps = 48 if small else 1
         self.near = _NEAR if small else 0.0
 
     def options(self, b: int) -> list[OptionCosts]:
@@ -134,7 +140,7 @@ class _Search:
             return False
         return sum(self.prices[g] * k for g, k in gpus.items()) <= self.budget + 1e-9
 
-    def shapes_for(self, b: int, schedule: str) -> list[tuple[float, int, str, tuple[int, ...], int]]:
+    def shapes_for(self, b: int, schedule: str) -> list[tuple]:
         """(lower bound, b, schedule, island, replicas) for every shape whose GPUs can hold the
         model state; the bound holds for any plan that contains such a class."""
         opts = self.options(b)
@@ -144,8 +150,14 @@ class _Search:
         out = []
         for island in _islands(len(self.cluster.groups)):
             cap = max(self.cluster.groups[g].gpu.memory_gib for g in island) * GIB
-            for d in range(1, min(min(self.gpus[g] for g in island), total_mb) + 1):
+            top = min(min(self.gpus[g] for g in island), total_mb)
+            for d in range(1, top + 1):
                 budgets = {g: self.gpus[g] // d for g in island}
+                if not self.small and d < top and all(
+                        self.gpus[g] // (d + 1) == k for g, k in budgets.items()):
+                    # More replicas of the same pipelines: kept only in exhaustive mode.
+                    self.skipped_same_budget += 1
+                    continue
                 need = state - self.graph.params * self.opt_bytes * (1 - 1 / d)
                 if sum(budgets.values()) * cap < need:
                     continue  # the pipeline's GPUs cannot hold the model state at all
@@ -169,22 +181,30 @@ class _Search:
                             for g, k in zip(island, budgets, strict=True))
             if not any(budgets):
                 return []
-        unit = 1
-        while len(island) > 1 and math.prod(k // unit + 1 for k in budgets) > _MAX_USAGE_STATES:
-            unit *= 2
-        note = (f"b={b} {schedule} groups {list(island)} × {d}: stages limited to TP ≥ {unit} "
-                "to bound the program")
-        if unit > 1 and note not in self.notes:
-            self.exact = False
-            self.notes.append(note)
-        p_all = d if pipelines is None else pipelines
-        options, devices = self.island_options(opts, island, p_all, p_all, unit)
-        if not options:
-            return []
         if microbatches is None:
             m_hi, m_lo = -(-total_mb // d), total_mb // d
         else:
             m_hi = m_lo = microbatches
+        p_all = d if pipelines is None else pipelines
+        top_unit = max(self.cluster.groups[g].gpus_per_node for g in island)
+        unit = 1
+        while True:
+            options, devices = self.island_options(opts, island, p_all, p_all, unit)
+            states = math.prod(k // unit + 1 for k in budgets)
+            depth = min(self.n, m_lo, sum(k // unit for k in budgets))
+            work = self.n * self.n * depth * states * max(len(options), 1)
+            too_big = (states > _MAX_USAGE_STATES and len(island) > 1) or (
+                not self.small and work > _MAX_WORK)
+            if not too_big or unit >= top_unit:
+                break
+            unit *= 2
+        if not options or (not self.small and work > _MAX_WORK):
+            self.exact = False
+            self.skipped_work += 1
+            return []
+        if unit > 1:
+            self.exact = False
+            self.coarse += 1
         temps = solve(options, tuple(k // unit for k in budgets), self.n, m_hi, schedule, p_all,
                       min_m=m_lo, max_caps=self.max_caps, near=self.near)
         self.programs += 1
@@ -243,8 +263,11 @@ class _Search:
                 choices = {isl: list(range(1, min(self.gpus[g] for g in isl) + 1))
                            for isl in _islands(len(self.gpus))}
             else:
+                # Large clusters: each GPU group's own pipelines side by side (the common
+                # heterogeneous-DP shape); mixed islands join only in exhaustive mode.
                 choices = {isl: shortlist(lst, total_mb)
-                           for isl, lst in found.get((b, schedule), {}).items() if lst}
+                           for isl, lst in found.get((b, schedule), {}).items()
+                           if lst and len(isl) == 1}
 
             def solver(isl, d, p, m, b=b, schedule=schedule):
                 key = (b, schedule, isl, d, p, m)
@@ -292,6 +315,17 @@ class _Search:
             usd = est.usd_per_million_tokens
             return (math.inf if usd is None else usd, est.iteration_time_s, plan_key(plan))
         return (est.iteration_time_s, len(plan.ranks), plan_key(plan))
+
+
+def _reduced_notes(search: _Search) -> tuple[str, ...]:
+    out = []
+    if search.coarse:
+        out.append(f"{search.coarse} programs limited stages to whole TP units (TP ≥ 2) to "
+                   f"bound their GPU-budget grid")
+    if search.skipped_work:
+        out.append(f"{search.skipped_work} shapes skipped: their program would exceed "
+                   f"{_MAX_WORK:.0e} steps even at the largest TP unit")
+    return tuple(out)
 
 
 def plan(model: Any, cluster: Any, *, global_batch_size: int | None = None,
@@ -354,7 +388,11 @@ def plan(model: Any, cluster: Any, *, global_batch_size: int | None = None,
     plans = tuple(with_prediction(p, e) for _, p, e in top)
     stats = SearchStats(shapes=search.shapes, shapes_pruned=search.pruned,
                         programs=search.programs, candidates=len(raw), costed=len(seen),
-                        seconds=time.perf_counter() - start, exact=search.exact,
-                        notes=tuple(search.notes))
+                        seconds=time.perf_counter() - start,
+                        exact=search.exact and not search.skipped_same_budget,
+                        notes=tuple(search.notes) + _reduced_notes(search) + (
+                            (f"{search.skipped_same_budget} shapes skipped: fewer replicas "
+                             "of the same per-pipeline budget than a shape searched",)
+                            if search.skipped_same_budget else ()))
     return SearchResult(best=plans[0], candidates=plans, estimates=tuple(e for _, _, e in top),
                         stats=stats)
