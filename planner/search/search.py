@@ -44,11 +44,13 @@ _COST_ALL_BELOW = 3000
 """Re-cost every candidate when there are at most this many; else the best by the program."""
 _COST_TOP = 16
 _COMBINE_EVERY = 16
-_MAX_WORK = 3e8
+_MAX_WORK = 2e7
 """Largest n² · stages · budget states · options a program may take outside exhaustive mode."""
 _NEAR = 0.5
 """Small clusters: also re-cost every pipeline within 50 % of the program's best objective."""
 _SMALL_CLUSTER = 8
+_LARGE_CLUSTER = 256
+"""Above this many GPUs, pipelines stay on one GPU group (heterogeneous DP across groups)."""
 """Up to this many GPUs every bottleneck cap is tried and every candidate re-costed."""
 
 
@@ -104,6 +106,7 @@ class _Search:
         self.small = small
         self.skipped_same_budget = 0
         self.skipped_work = 0
+        self.skipped_mixed = 0
         self.coarse = 0
         self.max_caps = 48 if small else 1
         self.near = _NEAR if small else 0.0
@@ -149,6 +152,9 @@ class _Search:
         state = self.graph.params * self.state_bytes
         out = []
         for island in _islands(len(self.cluster.groups)):
+            if len(island) > 1 and sum(self.gpus) > _LARGE_CLUSTER:
+                self.skipped_mixed += 1
+                continue
             cap = max(self.cluster.groups[g].gpu.memory_gib for g in island) * GIB
             top = min(min(self.gpus[g] for g in island), total_mb)
             for d in range(1, top + 1):
@@ -269,7 +275,13 @@ class _Search:
                            for isl, lst in found.get((b, schedule), {}).items()
                            if lst and len(isl) == 1}
 
-            def solver(isl, d, p, m, b=b, schedule=schedule):
+            alone = found.get((b, schedule), {})
+
+            def solver(isl, d, p, m, b=b, schedule=schedule, alone=alone):
+                if not exhaustive:
+                    # Large clusters: the classes solved alone (memory only gets looser with
+                    # more pipelines sharing ZeRO-1); the estimate re-costs the pair exactly.
+                    return [c for c in alone.get(isl, []) if c.replicas == d]
                 key = (b, schedule, isl, d, p, m)
                 if key not in self.memo:
                     self.memo[key] = self.solve_shape(b, schedule, isl, d, pipelines=p,
@@ -322,6 +334,9 @@ def _reduced_notes(search: _Search) -> tuple[str, ...]:
     if search.coarse:
         out.append(f"{search.coarse} programs limited stages to whole TP units (TP ≥ 2) to "
                    f"bound their GPU-budget grid")
+    if search.skipped_mixed:
+        out.append(f"over {_LARGE_CLUSTER} GPUs: each pipeline uses one GPU group "
+                   "(pipelines of different groups still run side by side)")
     if search.skipped_work:
         out.append(f"{search.skipped_work} shapes skipped: their program would exceed "
                    f"{_MAX_WORK:.0e} steps even at the largest TP unit")
@@ -389,7 +404,8 @@ def plan(model: Any, cluster: Any, *, global_batch_size: int | None = None,
     stats = SearchStats(shapes=search.shapes, shapes_pruned=search.pruned,
                         programs=search.programs, candidates=len(raw), costed=len(seen),
                         seconds=time.perf_counter() - start,
-                        exact=search.exact and not search.skipped_same_budget,
+                        exact=(search.exact and not search.skipped_same_budget
+                               and not search.skipped_mixed),
                         notes=tuple(search.notes) + _reduced_notes(search) + (
                             (f"{search.skipped_same_budget} shapes skipped: fewer replicas "
                              "of the same per-pipeline budget than a shape searched",)
