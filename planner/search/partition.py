@@ -87,6 +87,17 @@ class Template:
         return tuple((s.start, s.end, s.option, s.recompute) for s in self.stages)
 
 
+def _box(w: np.ndarray) -> tuple[int, int, int, int]:
+    """Rows [r0, r1) and columns [c0, c1) that hold every finite entry (empty: all zero)."""
+    if w.size == 0:
+        return (0, 0, 0, 0)
+    fin = np.isfinite(w)
+    rows, cols = np.nonzero(fin.any(axis=1))[0], np.nonzero(fin.any(axis=0))[0]
+    if rows.size == 0:
+        return (0, 0, 0, 0)
+    return (int(rows[0]), int(rows[-1]) + 1, int(cols[0]), int(cols[-1]) + 1)
+
+
 def _inflight(schedule: str, k: int, m: int) -> int:
     return m if schedule == "gpipe" else min(k, m)
 
@@ -95,7 +106,7 @@ class _Program:
     """Arrays shared by every cap of one `solve` call."""
 
     def __init__(self, options: Sequence[Option], budgets: tuple[int, ...], n: int, m: int,
-                 schedule: str, zero_dp: int, min_m: int) -> None:
+                 schedule: str, zero_dp: int, min_m: int, fits: dict | None = None) -> None:
         self.options, self.n, self.m = options, n, m
         self.dims = tuple(b + 1 for b in budgets)
         self.size = int(np.prod(self.dims))
@@ -115,6 +126,9 @@ class _Program:
         self.t: list[list[np.ndarray]] = []
         self.w: list[list[np.ndarray]] = []
         self.rc: list[list[np.ndarray]] = []
+        self.tc: list[list[np.ndarray]] = []
+        self.box: list[list[tuple[int, int, int, int]]] = []
+        fits = {} if fits is None else fits
         for opt in options:
             c = opt.costs
             cache: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
@@ -122,12 +136,16 @@ class _Program:
             for k in range(1, self.s_max + 1):
                 inflight = _inflight(schedule, k, m)
                 if inflight not in cache:
-                    t = np.full((n + 1, n + 1), np.inf)
-                    rc = np.zeros((n + 1, n + 1), dtype=np.int8)
-                    for r in range(len(c.time_s) - 1, -1, -1):
-                        fits = c.memory_gib(r, inflight, zero_dp) <= c.capacity_gib
-                        t = np.where(fits, c.time_s[r], t)
-                        rc = np.where(fits, r, rc).astype(np.int8)
+                    key = (id(c), inflight, zero_dp)
+                    if key not in fits:
+                        t = np.full((n + 1, n + 1), np.inf)
+                        rc = np.zeros((n + 1, n + 1), dtype=np.int8)
+                        for r in range(len(c.time_s) - 1, -1, -1):
+                            ok = c.memory_gib(r, inflight, zero_dp) <= c.capacity_gib
+                            t = np.where(ok, c.time_s[r], t)
+                            rc = np.where(ok, r, rc).astype(np.int8)
+                        fits[key] = (t, rc)
+                    t, rc = fits[key]
                     fin = np.isfinite(t)
                     w = np.where(fin, (m - 1) * np.where(fin, t, 0.0) + opt.tail_s, np.inf)
                     cache[inflight] = (t, w, rc)
@@ -138,6 +156,14 @@ class _Program:
             self.t.append(ts)
             self.w.append(ws)
             self.rc.append(rcs)
+            tcs: dict[int, np.ndarray] = {}
+            boxes: dict[int, tuple[int, int, int, int]] = {}
+            for t, w in zip(ts[1:], ws[1:], strict=True):
+                if id(w) not in boxes:
+                    tcs[id(w)] = t + 2 * c.send_s[None, :]
+                    boxes[id(w)] = _box(w)
+            self.tc.append([ts[0], *(tcs[id(w)] for w in ws[1:])])
+            self.box.append([(0, 0, 0, 0), *(boxes[id(w)] for w in ws[1:])])
 
     def caps(self) -> np.ndarray:
         vals = [w[np.isfinite(w)] for ws in self.w for w in ws[1:]]
@@ -164,33 +190,29 @@ class _Program:
                 break
             j_lo, j_hi = int(rows_live[0]), int(rows_live[-1])
             cols_live = live.any(axis=0)
-            for o, opt in enumerate(self.options):
+            for o in range(len(self.options)):
                 src, dst = self.shift[o]
                 keep = cols_live[src]
                 if not keep.any():
                     continue
                 src, dst = src[keep], dst[keep]
-                w = self.w[o][k][: hi + 1, j_lo: j_hi + 1]
+                r0, r1, b0, b1 = self.box[o][k]
+                i0, i1 = r0, min(r1, hi + 1)
+                c0, c1 = max(b0, j_lo), min(b1, j_hi + 1)
+                if i0 >= i1 or c0 >= c1:
+                    continue
+                w = self.w[o][k][i0:i1, c0:c1]
                 if minmax:
                     c = w
                 else:
-                    c = (self.t[o][k][: hi + 1, j_lo: j_hi + 1]
-                         + 2 * opt.costs.send_s[None, j_lo: j_hi + 1])
-                    c = np.where(w <= cap, c, inf)
-                fin = np.isfinite(c)
-                rows = np.nonzero(fin.any(axis=1))[0]
-                if rows.size == 0:
-                    continue
-                cols = np.nonzero(fin.any(axis=0))[0]
-                i0, i1, c0, c1 = int(rows[0]), int(rows[-1]) + 1, int(cols[0]), int(cols[-1]) + 1
-                c = c[i0:i1, c0:c1]
-                g = prev[j_lo + c0: j_lo + c1][:, src]
+                    c = np.where(w <= cap, self.tc[o][k][i0:i1, c0:c1], inf)
+                g = prev[c0:c1][:, src]
                 if minmax:
                     tot = np.maximum(c[:, :, None], g[None, :, :])
                 else:
                     tot = c[:, :, None] + g[None, :, :]
-                j_arg = np.argmin(tot, axis=1)
-                best = np.take_along_axis(tot, j_arg[:, None, :], axis=1)[:, 0, :]
+                j_arg = tot.argmin(axis=1)
+                best = tot.min(axis=1)
                 region = cur[i0:i1][:, dst]
                 better = best < region
                 if not better.any():
@@ -198,7 +220,7 @@ class _Program:
                 r_idx, c_idx = np.nonzero(better)
                 cur[i0 + r_idx, dst[c_idx]] = best[r_idx, c_idx]
                 bo[i0 + r_idx, dst[c_idx]] = o
-                bj[i0 + r_idx, dst[c_idx]] = j_lo + c0 + j_arg[r_idx, c_idx]
+                bj[i0 + r_idx, dst[c_idx]] = c0 + j_arg[r_idx, c_idx]
             values.append(cur)
             back_o.append(bo)
             back_j.append(bj)
@@ -281,20 +303,29 @@ def objective(t: Template, m: int) -> float:
 
 def solve(options: Sequence[Option], budgets: tuple[int, ...], n: int, m: int, schedule: str,
           zero_dp: int, *, min_m: int | None = None, max_caps: int = _MAX_CAPS,
-          near: float = 0.0, near_limit: int = 256) -> list[Template]:
+          near: float = 0.0, near_limit: int = 256, fits: dict | None = None,
+          ) -> list[Template]:
     """The best pipeline for this shape, plus the runners-up met on the way (for re-costing).
 
     `m` micro-batches weight the max term and set the in-flight memory; `min_m` (default m)
     is the fewest any replica gets, which bounds the stage count under 1F1B. Returns [] when
     no split fits in memory. The first template minimises the objective.
     """
-    prog = _Program(options, budgets, n, m, schedule, zero_dp, m if min_m is None else min_m)
+    prog = _Program(options, budgets, n, m, schedule, zero_dp, m if min_m is None else min_m,
+                    fits)
     if prog.s_max < 1:
         return []
     first = prog.run(np.inf, minmax=True)
     if first is None:
         return []
     w0 = max((m - 1) * s.time_s + s.tail_s for s in first.stages)
+    if max_caps <= 1:
+        # Fast mode: the least sum under the smallest feasible cap only.
+        tight = prog.run(w0)
+        found = {first.key(): first}
+        if tight is not None:
+            found.setdefault(tight.key(), tight)
+        return sorted(found.values(), key=lambda t: (objective(t, m), t.key()))
     free = prog.run(np.inf)
     assert free is not None
     sum_lb = free.sum_s

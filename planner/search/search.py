@@ -101,6 +101,7 @@ class _Search:
         self.state_bytes = state_bytes_per_param(precision)
         self.opt_bytes = optimizer_bytes_per_param(precision)
         self.memo: dict[tuple, list[PipelineClass]] = {}
+        self.fits: dict[tuple, tuple] = {}
         self.steps: list[tuple[int, str]] = []
         small = sum(self.gpus) <= _SMALL_CLUSTER
         self.small = small
@@ -167,7 +168,10 @@ class _Search:
                 need = state - self.graph.params * self.opt_bytes * (1 - 1 / d)
                 if sum(budgets.values()) * cap < need:
                     continue  # the pipeline's GPUs cannot hold the model state at all
-                offered = {g: k for g, k in enumerate(self.gpus) if g not in island}
+                # A class that may join a heterogeneous plan is bounded with the other
+                # groups' GPUs added; outside exhaustive mode only one-group classes join.
+                joins = self.small or len(island) == 1
+                offered = {g: k for g, k in enumerate(self.gpus) if g not in island and joins}
                 offered.update({g: d * k for g, k in budgets.items()})
                 out.append((bound.iteration_s(total_mb, offered), b, schedule, island, d))
         return out
@@ -212,7 +216,8 @@ class _Search:
             self.exact = False
             self.coarse += 1
         temps = solve(options, tuple(k // unit for k in budgets), self.n, m_hi, schedule, p_all,
-                      min_m=m_lo, max_caps=self.max_caps, near=self.near)
+                      min_m=m_lo, max_caps=self.max_caps, near=self.near,
+                      fits=self.fits)
         self.programs += 1
         out = []
         for t in temps:
