@@ -36,8 +36,9 @@ def main() -> None:
         search_s = time.perf_counter() - t0
         est, st = result.estimates[0], result.stats
         best = result.best
-        print(f"{model_name} on {cluster_name} ({cluster.world_size} GPUs): search {search_s:.2f} s "
-              f"(target {target_s:.0f} s), model load {load_s:.2f} s; {st.shapes} shapes, "
+        print(f"{model_name} on {cluster_name} ({cluster.world_size} GPUs): "
+              f"search {search_s:.2f} s (target {target_s:.0f} s), model load {load_s:.2f} s; "
+              f"{st.shapes} shapes, "
               f"{st.shapes_pruned} pruned, {st.programs} programs, {st.costed} re-costed; best "
               f"{est.iteration_time_s:.3f} s/iter, {est.tokens_per_s:,.0f} tokens/s, "
               f"MFU {100 * est.mfu:.1f} %, {len(best.pipelines)} pipelines on "

@@ -202,10 +202,7 @@ class _Program:
                 if i0 >= i1 or c0 >= c1:
                     continue
                 w = self.w[o][k][i0:i1, c0:c1]
-                if minmax:
-                    c = w
-                else:
-                    c = np.where(w <= cap, self.tc[o][k][i0:i1, c0:c1], inf)
+                c = w if minmax else np.where(w <= cap, self.tc[o][k][i0:i1, c0:c1], inf)
                 g = prev[c0:c1][:, src]
                 if minmax:
                     tot = np.maximum(c[:, :, None], g[None, :, :])
