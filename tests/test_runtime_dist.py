@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from planner.graph.load_spec import load_model_spec
-from planner.models import build_model
+from planner.models import build_model, loss_fn
 from planner.runtime.check import CheckResult, check_plans
 from planner.runtime.local import init_world, run_local
 from tests.runtime_plans import make_plan, stage
@@ -56,12 +56,12 @@ def test_heterogeneous_pipelines_3_to_1_with_full_recompute() -> None:
 
 
 def test_interleaved_with_microbatches_not_dividing_into_groups() -> None:
-    # 2 device groups × 2 chunks, 3 micro-batches (Megatron's warm-up needs M % S == 0; the
-    # runtime lengthens the warm-up until the schedule provably completes).
+    # 2 device groups (TP 2 and TP 1) × 2 chunks, 3 micro-batches (Megatron's warm-up needs
+    # M % S == 0; the runtime lengthens the warm-up until the schedule provably completes).
     plan = make_plan([{"microbatches": 3, "stages": [
-        stage(0, 2, [0]), stage(2, 3, [1]), stage(3, 5, [0]), stage(5, 6, [1])]}],
+        stage(0, 2, [0, 1]), stage(2, 3, [2]), stage(3, 5, [0, 1]), stage(5, 6, [2])]}],
         schedule="interleaved", virtual=2)
-    _check(plan, "tiny")
+    _check(plan, "tiny-llama")
 
 
 def test_gpipe_identical_pipelines_sharded_dp() -> None:
@@ -71,6 +71,42 @@ def test_gpipe_identical_pipelines_sharded_dp() -> None:
         {"microbatches": 2, "stages": [stage(0, 3, [3, 4]), stage(3, 6, [5])]}],
         schedule="gpipe", mbs=2)
     _check(plan, "tiny-llama")
+
+
+# --- train(): the plan's own model spec, built rank by rank, on synthetic data --------------
+
+
+def _spec_worker(rank: int, world: int, store_dir: str, plan_dict: dict) -> list[float]:
+    from planner.plan.schema import Plan
+    from planner.runtime.train import train
+
+    init_world(store_dir, "pg", rank, world)
+    return list(train(Plan.from_dict(plan_dict), steps=2, lr=1e-3, log=None).losses)
+
+
+def test_train_builds_only_its_layers_from_the_plan_spec() -> None:
+    # Pipeline 0 is one rank holding embedding and head (tied weight tied again on the rank);
+    # pipeline 1 splits them over two ranks. Each rank builds only its elements.
+    from planner.runtime.data import synthetic_batch
+    from planner.runtime.engine import make_optimizer
+
+    spec = load_model_spec("tiny")
+    plan = make_plan([{"microbatches": 2, "stages": [stage(0, 6, [0])]},
+                      {"microbatches": 2, "stages": [stage(0, 3, [1]), stage(3, 6, [2])]}],
+                     model=spec.model_dump(mode="json"))
+    per_rank = run_local(_spec_worker, 3, plan.to_dict())
+    ref = build_model(spec, device="cpu")
+    opt = make_optimizer(list(ref.parameters()), "adamw", 1e-3)
+    expected = []
+    for step in range(2):
+        x, y = synthetic_batch(step, 4, spec.seq_len, spec.vocab_size)
+        opt.zero_grad()
+        loss = loss_fn(ref(x), y)
+        loss.backward()
+        opt.step()
+        expected.append(float(loss.detach()))
+    for losses in per_rank:
+        assert losses == pytest.approx(expected, abs=TOL)
 
 
 # --- a user's own module through the protocol, trained with train() and a data loader -----

@@ -15,7 +15,7 @@ import torch
 from planner.graph.spec import ModelSpec
 from planner.models import build_element, build_model
 from planner.plan.schema import Plan
-from planner.runtime.stage import param_keys
+from planner.runtime.stage import ParamLayout, param_keys
 from planner.runtime.topology import rank_view
 
 __all__ = ["build_for_rank", "spec_of"]
@@ -28,11 +28,14 @@ def spec_of(plan: Plan) -> ModelSpec:
 
 
 def build_for_rank(spec: ModelSpec, plan: Plan, rank: int, *, seed: int = 0,
-                   dtype: torch.dtype = torch.float32) -> Any:
-    """A ChainModel whose elements outside this rank's chunks stay on meta (CPU otherwise)."""
+                   dtype: torch.dtype = torch.float32) -> tuple[Any, ParamLayout]:
+    """A ChainModel whose elements outside this rank's chunks stay on meta (CPU otherwise),
+    and the parameter layout of the whole model (taken before any element is replaced, so
+    it is the same on every rank)."""
     model = build_model(spec, device="meta", dtype=dtype)
     chain = model.chain()
-    key_of, _ = param_keys(chain)
+    layout = param_keys(chain)
+    key_of = layout[0]
     mine = sorted({e for ch in rank_view(plan, rank).chunks for e in range(*ch.layers)})
     real = {e: build_element(spec, e, device="cpu", dtype=dtype, seed=seed) for e in mine}
     for (e, name), (e0, name0) in key_of.items():
@@ -47,4 +50,4 @@ def build_for_rank(spec: ModelSpec, plan: Plan, rank: int, *, seed: int = 0,
             model.head = m
         else:
             model.layers[e - 1] = m
-    return model
+    return model, layout

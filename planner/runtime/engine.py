@@ -13,6 +13,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from planner.errors import HetplanError
 from planner.plan.schema import Plan
 from planner.runtime.comm import Channel, MessageId, make_groups
 from planner.runtime.grads import sync_gradients, sync_rules
@@ -20,6 +21,7 @@ from planner.runtime.schedule import Action, pipeline_actions
 from planner.runtime.stage import (
     ChunkModule,
     ParamKey,
+    ParamLayout,
     apply_recompute,
     apply_tp,
     chain_of,
@@ -70,23 +72,35 @@ def _sends(plan: Plan, rank: int) -> list[tuple[int, MessageId]]:
     return out
 
 
+def _agree(value: Any, what: str) -> None:
+    everyone: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(everyone, value)
+    if any(v != everyone[0] for v in everyone):
+        bad = next(i for i, v in enumerate(everyone) if v != everyone[0])
+        raise HetplanError(f"torch ranks 0 and {bad} disagree on {what}")
+
+
 class Runner:
     """This rank's chunks of the model, ready to run train steps of the plan."""
 
     def __init__(self, plan: Plan, rank: int, to_torch: dict[int, int], model: Any,
                  device: torch.device, *, optimizer: str = "adamw", lr: float = 1e-3,
-                 autocast: torch.dtype | None = None) -> None:
-        """`autocast`: compute dtype for forward (weights, gradients, optimizer stay fp32)."""
+                 autocast: torch.dtype | None = None, layout: ParamLayout | None = None) -> None:
+        """`autocast`: compute dtype for forward (weights, gradients, optimizer stay fp32).
+        `layout`: the whole model's parameter keys and ties when `model` is partly replaced
+        (build_for_rank); by default read from `model`."""
         self.plan, self.rank, self.device = plan, rank, device
         self.autocast = autocast
         self.view = view = rank_view(plan, rank)
         chain = chain_of(model)
         self.loss_fn = loss_of(model)
-        key_of, elements = param_keys(chain)
+        key_of, elements = layout or param_keys(chain)
         rules = sync_rules(plan, elements)
 
-        # Collective: every rank creates every group in one order.
+        # Collective: every rank creates every group in one order. Ranks that disagree on the
+        # list (a model factory that differs between ranks) would hang in new_group instead.
         wanted = list(tp_groups(plan)) + [g for r in rules.values() for g in r.groups()]
+        _agree(sorted(set(wanted)), "the process groups (same model on every rank?)")
         self.groups = make_groups(wanted, to_torch, rank)
         my_tp = self.view.chunks[0].ranks
         self.tp_group = self.groups.get(my_tp)

@@ -26,6 +26,7 @@ __all__ = [
     "ChainModel",
     "ChunkModule",
     "ParamKey",
+    "ParamLayout",
     "apply_recompute",
     "apply_tp",
     "chain_of",
@@ -63,8 +64,10 @@ def loss_of(model: Any) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
     return getattr(model, "loss_fn", None) or default_loss
 
 
-def param_keys(chain: list[nn.Module]) -> tuple[dict[ParamKey, ParamKey],
-                                               dict[ParamKey, tuple[int, ...]]]:
+ParamLayout = tuple[dict[ParamKey, ParamKey], dict[ParamKey, tuple[int, ...]]]
+
+
+def param_keys(chain: list[nn.Module]) -> ParamLayout:
     """(element, name) → the key of the parameter it names (a tied weight has one key, where
     it first appears), and key → every chain element the parameter appears in."""
     first: dict[int, ParamKey] = {}

@@ -127,15 +127,15 @@ def train(plan: Plan, *, steps: int, model_factory: Callable[[], Any] | None = N
     """
     plan_rank, to_torch, device = setup_rank(plan)
     if model_factory is not None:
-        model = model_factory()
+        model, layout = model_factory(), None
     else:
-        model = build_for_rank(spec_of(plan), plan, plan_rank, seed=seed)
+        model, layout = build_for_rank(spec_of(plan), plan, plan_rank, seed=seed)
     notes, autocast = runtime_notes(plan, device)
     if log is not None and dist.get_rank() == 0:
         for note in notes:
             log(f"note: {note}")
     runner = Runner(plan, plan_rank, to_torch, model, device, optimizer=optimizer, lr=lr,
-                    autocast=autocast)
+                    autocast=autocast, layout=layout)
     next_batch = _batches(plan, data_loader, seed)
     losses, times = [], []
     tokens = 0
