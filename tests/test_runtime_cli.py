@@ -137,3 +137,29 @@ def test_tiny_spec_keeps_depth_and_tp_divisibility() -> None:
         assert spec.num_attention_heads % tp == 0 and spec.num_kv_heads % tp == 0
         assert spec.ffn_hidden_size % tp == 0
     assert spec.num_kv_heads < spec.num_attention_heads  # GQA stays GQA
+
+
+def test_searched_plan_on_a_mixed_cluster_runs(tmp_path: Path, capsys) -> None:
+    # Straight from the search: GPT-2 (AMP's model) on AMP's V100 + T4 cluster. The best plan
+    # mixes GPU types across stages with uneven layers; dryrun keeps one pipeline (4 ranks).
+    from planner.cluster import load_cluster
+    from planner.search import plan as search_plan
+
+    best = search_plan(load_model("gpt2-amp"), load_cluster("amp-het"), global_batch_size=32,
+                       top_k=1).best
+    path = tmp_path / "searched.json"
+    best.save(path)
+    code, text, err = _run(["dryrun", str(path), "--json", "--steps", "2", "--max-ranks", "4"],
+                           capsys)
+    assert code == 0, err
+    res = json.loads(text)
+    assert res["ok"] is True and res["max_grad_diff"] <= 1e-5
+    assert res["model"]["num_layers"] == 24
+    if len(best.ranks) > 4:
+        assert any("dryrun keeps pipelines" in n for n in res["notes"])
+    code, text, err = _run(["launch", str(path), "--out-dir", str(tmp_path / "l"), "--json"],
+                           capsys)
+    assert code == 0, err
+    nodes = json.loads(text)["nodes"]
+    assert sum(n["nproc_per_node"] for n in nodes) == len(best.ranks)
+    assert {n["node"] for n in nodes} == {r.node for r in best.ranks}
