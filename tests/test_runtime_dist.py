@@ -175,3 +175,23 @@ def test_user_module_with_train_api_and_data_loader() -> None:
     assert expected[2] < expected[0]  # SGD at lr 0.5 learns on a fixed-size toy batch stream
     for losses in per_rank:  # every rank reports the global loss
         assert losses == pytest.approx(expected, abs=TOL)
+
+
+def _wrong_world_worker(rank: int, world: int, store_dir: str, plan_dict: dict) -> str:
+    from planner.errors import HetplanError
+    from planner.plan.schema import Plan
+    from planner.runtime.train import train
+
+    init_world(store_dir, "pg", rank, world)
+    try:
+        train(Plan.from_dict(plan_dict), steps=1, model_factory=_UserModel,
+              data_loader=_user_batch, log=None)
+    except HetplanError as exc:
+        return str(exc)
+    return "no error"
+
+
+def test_world_size_mismatch_is_one_clear_line() -> None:
+    plan = make_plan([{"microbatches": 2, "stages": [stage(0, 2, [0]), stage(2, 5, [1, 2])]}])
+    msgs = run_local(_wrong_world_worker, 2, plan.to_dict())
+    assert msgs == ["the plan has 3 ranks but the process group has 2"] * 2

@@ -2,7 +2,8 @@
 
 The model keeps the plan's depth (every layer range, stage, TP degree, schedule, micro-batch
 count and recompute setting stays) at a tiny width: hidden, heads, vocabulary and sequence
-shrink to sizes every TP degree in the plan divides. Micro-batches shrink to one sequence.
+shrink to sizes every TP degree in the plan divides (head dim 8, at least 2 heads).
+Micro-batches shrink to one sequence.
 Plans with more than `max_ranks` ranks keep one pipeline of each distinct shape (DP shrinks)
 or, when one pipeline alone is too large, are refused.
 """
@@ -14,6 +15,8 @@ import math
 import time
 from dataclasses import dataclass, field
 from typing import Any
+
+import torch
 
 from planner.errors import HetplanError
 from planner.graph.spec import ModelSpec
@@ -53,13 +56,14 @@ class DryrunResult:
 def tiny_spec(model: dict[str, Any], plan: Plan) -> ModelSpec:
     """The plan's model at the plan's depth and a width every TP degree in it divides."""
     spec = ModelSpec.from_dict(model, where="plan.model")
-    tp = math.lcm(*(st.tp for pipe in plan.pipelines for st in pipe.stages))
+    # At least two heads, so attention still mixes heads; every TP degree divides them.
+    base = math.lcm(2, *(st.tp for pipe in plan.pipelines for st in pipe.stages))
     gqa = spec.num_kv_heads < spec.num_attention_heads
-    heads = 2 * tp if gqa else tp
+    heads = 2 * base if gqa else base
     hidden = heads * HEAD_DIM
     data = spec.model_dump(mode="json")
     data.update(hidden_size=hidden, num_attention_heads=heads,
-                num_kv_heads=tp if gqa else heads,
+                num_kv_heads=base if gqa else heads,
                 ffn_hidden_size=(4 if spec.architecture == "gpt" else 3) * hidden,
                 vocab_size=VOCAB, seq_len=SEQ_LEN, name=f"{spec.name}-dryrun")
     return ModelSpec.from_dict(data, where="dryrun model")
@@ -116,7 +120,11 @@ def dryrun(plan: Plan, *, steps: int = 3, max_ranks: int = 16,
 
     if plan.model is None:
         raise HetplanError("the plan carries no model spec; dryrun needs one")
+    from planner.runtime.train import runtime_notes
+
     small, notes = shrink_plan(plan, max_ranks)
+    notes += [n for n in runtime_notes(plan, torch.device("cpu"))[0]
+              if not n.startswith("precision")]
     spec = tiny_spec(plan.model, small)
     factory = functools.partial(build_model, spec, device="cpu")
     opts = {"seq_len": spec.seq_len, "vocab_size": spec.vocab_size}
