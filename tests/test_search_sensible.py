@@ -159,3 +159,24 @@ def test_infeasible_explains_with_numbers(gpt3):
         plan(gpt3, cluster, global_batch_size=64, micro_batch_sizes=(1,))
     text = str(err.value)
     assert "GiB" in text and "32.0 GiB" in text and "add GPUs" in text
+
+
+def test_interleaved_variant_keeps_devices_and_layer_counts():
+    """From a 1F1B plan with 2-stage pipelines: 4 chunks per pipeline, chunk j on the ranks of
+    device j mod 2, each device keeping its layer count; the estimate accepts the structure."""
+    from planner.search.interleave import interleaved_variant
+
+    model = load_model("gpt-neo-2.7b")
+    cluster = _cluster("mix2", MIX)
+    base = plan(model, cluster, schedules=("1f1b",)).best
+    assert all(len(p.stages) == 2 and p.microbatches % 2 == 0 for p in base.pipelines)
+    inter = interleaved_variant(base)
+    assert inter is not None and inter.schedule == "interleaved" and inter.virtual_stages == 2
+    for old, new in zip(base.pipelines, inter.pipelines, strict=True):
+        assert len(new.stages) == 4
+        for d, dev in enumerate(old.stages):
+            mine = [c for j, c in enumerate(new.stages) if j % 2 == d]
+            assert all(c.ranks == dev.ranks for c in mine)
+            assert sum(c.layers[1] - c.layers[0] for c in mine) == dev.layers[1] - dev.layers[0]
+    est = estimate(model, cluster, inter)
+    assert est.iteration_time_s > 0

@@ -31,6 +31,7 @@ from planner.search.assemble import PLACEMENTS, PipelineClass, build_plan
 from planner.search.bounds import layer_bound
 from planner.search.explain import explain_infeasible
 from planner.search.hetero import heterogeneous_plans, shortlist
+from planner.search.interleave import interleaved_variant
 from planner.search.partition import Option, objective, solve
 from planner.search.result import SearchResult, SearchStats
 from planner.search.tables import OptionCosts, option_costs, tp_degrees
@@ -44,6 +45,8 @@ _COST_ALL_BELOW = 3000
 """Re-cost every candidate when there are at most this many; else the best by the program."""
 _COST_TOP = 16
 _COMBINE_EVERY = 16
+_INTERLEAVE_TOP = 8
+"""Interleaved variants are built from this many of the best 1F1B candidates."""
 _MAX_WORK = 2e7
 """Largest n² · stages · budget states · options a program may take outside exhaustive mode."""
 _NEAR = 0.5
@@ -375,10 +378,12 @@ def plan(model: Any, cluster: Any, *, global_batch_size: int | None = None,
     if not sizes:
         raise HetplanError(f"no micro-batch size in {list(micro_batch_sizes or ())} divides the "
                            f"global batch {gbs}")
-    scheds = tuple(schedules or ("1f1b",))
-    for s in scheds:
-        if s not in ("1f1b", "gpipe"):
-            raise HetplanError(f"schedule {s!r} is not searched; use 1f1b or gpipe")
+    wanted = tuple(schedules or ("1f1b", "interleaved"))
+    for s in wanted:
+        if s not in ("1f1b", "gpipe", "interleaved"):
+            raise HetplanError(f"schedule {s!r} is not one of 1f1b, gpipe, interleaved")
+    # Interleaved plans are derived from 1F1B ones (same devices, V chunks per device).
+    scheds = tuple(dict.fromkeys("1f1b" if s == "interleaved" else s for s in wanted))
     search = _Search(graph, precision, cluster, spec, gbs, objective_name=objective,
                      budget=budget_usd_per_hour, sequence_parallel=sequence_parallel,
                      profiles=profiles, progress=progress)
@@ -388,8 +393,13 @@ def plan(model: Any, cluster: Any, *, global_batch_size: int | None = None,
     chosen = raw if small else raw[:max(_COST_TOP, 2 * top_k)]
     costed: list[tuple[tuple, Plan, Estimate]] = []
     seen: set[tuple] = set()
-    for entry in chosen:
-        for p in search.plans(entry):
+    for rank, entry in enumerate(chosen):
+        variants = search.plans(entry)
+        if "interleaved" in wanted and rank < _INTERLEAVE_TOP:
+            variants += [q for q in (interleaved_variant(p) for p in variants) if q is not None]
+        if "1f1b" not in wanted:
+            variants = [q for q in variants if q.schedule != "1f1b"]
+        for p in variants:
             key = plan_key(p)
             if key in seen:
                 continue
