@@ -32,6 +32,10 @@ def main(argv: list[str] | None = None) -> int:
     if stats.torch_rank == 0:
         print(f"done: {len(stats.losses)} steps, final loss {stats.losses[-1]:.4f}, "
               f"{stats.tokens_per_s:,.0f} tokens/s (steps after the first)")
+        predicted = (plan.predicted or {}).get("tokens_per_s")
+        if predicted:
+            print(f"plan predicted {predicted:,.0f} tokens/s: measured / predicted = "
+                  f"{stats.tokens_per_s / predicted:.2f}")
     if dist.is_initialized():
         dist.destroy_process_group()
     return 0
