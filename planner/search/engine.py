@@ -1,4 +1,4 @@
-"""`plan(model, cluster, ...)`: enumerate shapes, solve each exactly, re-cost, rank.
+"""The shape search behind `plan`: enumerate shapes, solve each exactly, collect candidates.
 
 Shapes: micro-batch size b (divides the global batch), schedule, an *island* (a set of the
 cluster's GPU groups) and a replica count d. An island with d replicas runs d identical
@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -23,20 +22,16 @@ from cost_models.memory import GIB, optimizer_bytes_per_param, state_bytes_per_p
 from cost_models.profiles import ProfileSet
 from planner.cluster.model import Cluster
 from planner.errors import HetplanError
-from planner.estimate.estimate import estimate, with_prediction
-from planner.estimate.resolve import resolve_cluster, resolve_model
+from planner.estimate.estimate import estimate
 from planner.estimate.result import Estimate
 from planner.plan.schema import Plan
 from planner.search.assemble import PLACEMENTS, PipelineClass, build_plan
 from planner.search.bounds import layer_bound
-from planner.search.explain import explain_infeasible
 from planner.search.hetero import heterogeneous_plans, shortlist
-from planner.search.interleave import interleaved_variant
 from planner.search.partition import Option, objective, solve
-from planner.search.result import SearchResult, SearchStats
 from planner.search.tables import OptionCosts, option_costs, tp_degrees
 
-__all__ = ["plan"]
+__all__ = ["OBJECTIVES", "Search", "default_batch", "model_spec", "plan_key"]
 
 OBJECTIVES = ("throughput", "cost")
 _MAX_USAGE_STATES = 1024
@@ -65,7 +60,7 @@ def plan_key(p: Plan) -> tuple:
             tuple((r.node, r.local_rank) for r in p.ranks))
 
 
-def _model_spec(model: Any) -> dict[str, Any] | None:
+def model_spec(model: Any) -> dict[str, Any] | None:
     spec = model if isinstance(model, dict) else getattr(model, "spec", None)
     if spec is None or isinstance(spec, dict):
         return spec
@@ -73,7 +68,7 @@ def _model_spec(model: Any) -> dict[str, Any] | None:
     return to_dict() if callable(to_dict) else None
 
 
-def _default_batch(spec: dict[str, Any] | None) -> int:
+def default_batch(spec: dict[str, Any] | None) -> int:
     gbs = ((spec or {}).get("training") or {}).get("global_batch_size")
     if not gbs:
         raise HetplanError("no global batch size: pass --global-batch N (or global_batch_size=) "
@@ -85,7 +80,7 @@ def _islands(n_groups: int) -> list[tuple[int, ...]]:
     return [c for r in range(1, n_groups + 1) for c in itertools.combinations(range(n_groups), r)]
 
 
-class _Search:
+class Search:
     def __init__(self, graph, precision: str, cluster: Cluster, spec, gbs: int, *,
                  objective_name: str, budget: float | None, sequence_parallel: bool,
                  profiles: ProfileSet | None, progress: Callable[[float, str], None] | None):
@@ -335,95 +330,3 @@ class _Search:
             usd = est.usd_per_million_tokens
             return (math.inf if usd is None else usd, est.iteration_time_s, plan_key(plan))
         return (est.iteration_time_s, len(plan.ranks), plan_key(plan))
-
-
-def _reduced_notes(search: _Search) -> tuple[str, ...]:
-    out = []
-    if search.coarse:
-        out.append(f"{search.coarse} programs limited stages to whole TP units (TP ≥ 2) to "
-                   f"bound their GPU-budget grid")
-    if search.skipped_mixed:
-        out.append(f"over {_LARGE_CLUSTER} GPUs: each pipeline uses one GPU group "
-                   "(pipelines of different groups still run side by side)")
-    if search.skipped_work:
-        out.append(f"{search.skipped_work} shapes skipped: their program would exceed "
-                   f"{_MAX_WORK:.0e} steps even at the largest TP unit")
-    return tuple(out)
-
-
-def plan(model: Any, cluster: Any, *, global_batch_size: int | None = None,
-         objective: str = "throughput", budget_usd_per_hour: float | None = None,
-         top_k: int = 5, micro_batch_sizes: Sequence[int] | None = None,
-         schedules: Sequence[str] | None = None, sequence_parallel: bool = False,
-         profiles: ProfileSet | None = None,
-         progress: Callable[[float, str], None] | None = None) -> SearchResult:
-    """The best plan for `model` on `cluster` (and the top-k), as `estimate` ranks them.
-
-    `objective`: "throughput" (least iteration time) or "cost" (least $ per million tokens);
-    `budget_usd_per_hour` keeps only plans whose GPUs cost at most that. Raises
-    InfeasibleError, with the numbers, when nothing fits.
-    """
-    start = time.perf_counter()
-    if objective not in OBJECTIVES:
-        raise HetplanError(f"objective {objective!r} is not one of {', '.join(OBJECTIVES)}")
-    graph, precision = resolve_model(model)
-    cluster = resolve_cluster(cluster)
-    spec = _model_spec(model)
-    gbs = global_batch_size if global_batch_size is not None else _default_batch(spec)
-    if gbs < 1:
-        raise HetplanError(f"global batch size must be >= 1, got {gbs}")
-    if top_k < 1:
-        raise HetplanError(f"top_k must be >= 1, got {top_k}")
-    sizes = sorted({b for b in (micro_batch_sizes or (1, 2, 4, 8)) if b >= 1 and gbs % b == 0})
-    if not sizes:
-        raise HetplanError(f"no micro-batch size in {list(micro_batch_sizes or ())} divides the "
-                           f"global batch {gbs}")
-    wanted = tuple(schedules or ("1f1b", "interleaved"))
-    for s in wanted:
-        if s not in ("1f1b", "gpipe", "interleaved"):
-            raise HetplanError(f"schedule {s!r} is not one of 1f1b, gpipe, interleaved")
-    # Interleaved plans are derived from 1F1B ones (same devices, V chunks per device).
-    scheds = tuple(dict.fromkeys("1f1b" if s == "interleaved" else s for s in wanted))
-    search = _Search(graph, precision, cluster, spec, gbs, objective_name=objective,
-                     budget=budget_usd_per_hour, sequence_parallel=sequence_parallel,
-                     profiles=profiles, progress=progress)
-    raw = search.run(sizes, scheds)
-    raw.sort(key=lambda r: (r[0], repr(r[1])))
-    small = len(raw) <= _COST_ALL_BELOW and sum(search.gpus) <= _SMALL_CLUSTER
-    chosen = raw if small else raw[:max(_COST_TOP, 2 * top_k)]
-    costed: list[tuple[tuple, Plan, Estimate]] = []
-    seen: set[tuple] = set()
-    for rank, entry in enumerate(chosen):
-        variants = search.plans(entry)
-        if "interleaved" in wanted and rank < _INTERLEAVE_TOP:
-            variants += [q for q in (interleaved_variant(p) for p in variants) if q is not None]
-        if "1f1b" not in wanted:
-            variants = [q for q in variants if q.schedule != "1f1b"]
-        for p in variants:
-            key = plan_key(p)
-            if key in seen:
-                continue
-            seen.add(key)
-            est = estimate(graph, cluster, p, profiles=profiles)
-            if not est.feasible:
-                continue
-            if budget_usd_per_hour is not None and (
-                    est.usd_per_hour is None or est.usd_per_hour > budget_usd_per_hour + 1e-9):
-                continue
-            costed.append((search.rank_key(est, p), p, est))
-    if not costed:
-        raise explain_infeasible(graph, cluster, search, sizes, budget_usd_per_hour)
-    costed.sort(key=lambda c: c[0])
-    top = costed[:top_k]
-    plans = tuple(with_prediction(p, e) for _, p, e in top)
-    stats = SearchStats(shapes=search.shapes, shapes_pruned=search.pruned,
-                        programs=search.programs, candidates=len(raw), costed=len(seen),
-                        seconds=time.perf_counter() - start,
-                        exact=(search.exact and not search.skipped_same_budget
-                               and not search.skipped_mixed),
-                        notes=tuple(search.notes) + _reduced_notes(search) + (
-                            (f"{search.skipped_same_budget} shapes skipped: fewer replicas "
-                             "of the same per-pipeline budget than a shape searched",)
-                            if search.skipped_same_budget else ()))
-    return SearchResult(best=plans[0], candidates=plans, estimates=tuple(e for _, _, e in top),
-                        stats=stats)

@@ -1,0 +1,130 @@
+"""`plan(model, cluster, ...)`: the public entry point of the search.
+
+Checks the request, runs the shape search (`engine.Search`), re-costs the candidates (and
+their interleaved variants) with `estimate`, and ranks them by it: least iteration time, or
+least $ per million tokens, within an optional $/h budget. Ties fall to a total order on the
+plans' contents, so the same inputs give the same bytes.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from cost_models.profiles import ProfileSet
+from planner.errors import HetplanError
+from planner.estimate.estimate import estimate, with_prediction
+from planner.estimate.resolve import resolve_cluster, resolve_model
+from planner.estimate.result import Estimate
+from planner.plan.schema import Plan
+from planner.search.engine import (
+    _COST_ALL_BELOW,
+    _COST_TOP,
+    _INTERLEAVE_TOP,
+    _LARGE_CLUSTER,
+    _MAX_WORK,
+    _SMALL_CLUSTER,
+    OBJECTIVES,
+    Search,
+    default_batch,
+    model_spec,
+    plan_key,
+)
+from planner.search.explain import explain_infeasible
+from planner.search.interleave import interleaved_variant
+from planner.search.result import SearchResult, SearchStats
+
+__all__ = ["plan"]
+
+
+def _reduced_notes(search: Search) -> tuple[str, ...]:
+    out = []
+    if search.coarse:
+        out.append(f"{search.coarse} programs limited stages to whole TP units (TP ≥ 2) to "
+                   f"bound their GPU-budget grid")
+    if search.skipped_mixed:
+        out.append(f"over {_LARGE_CLUSTER} GPUs: each pipeline uses one GPU group "
+                   "(pipelines of different groups still run side by side)")
+    if search.skipped_work:
+        out.append(f"{search.skipped_work} shapes skipped: their program would exceed "
+                   f"{_MAX_WORK:.0e} steps even at the largest TP unit")
+    return tuple(out)
+
+
+def plan(model: Any, cluster: Any, *, global_batch_size: int | None = None,
+         objective: str = "throughput", budget_usd_per_hour: float | None = None,
+         top_k: int = 5, micro_batch_sizes: Sequence[int] | None = None,
+         schedules: Sequence[str] | None = None, sequence_parallel: bool = False,
+         profiles: ProfileSet | None = None,
+         progress: Callable[[float, str], None] | None = None) -> SearchResult:
+    """The best plan for `model` on `cluster` (and the top-k), as `estimate` ranks them.
+
+    `objective`: "throughput" (least iteration time) or "cost" (least $ per million tokens);
+    `budget_usd_per_hour` keeps only plans whose GPUs cost at most that. Raises
+    InfeasibleError, with the numbers, when nothing fits.
+    """
+    start = time.perf_counter()
+    if objective not in OBJECTIVES:
+        raise HetplanError(f"objective {objective!r} is not one of {', '.join(OBJECTIVES)}")
+    graph, precision = resolve_model(model)
+    cluster = resolve_cluster(cluster)
+    spec = model_spec(model)
+    gbs = global_batch_size if global_batch_size is not None else default_batch(spec)
+    if gbs < 1:
+        raise HetplanError(f"global batch size must be >= 1, got {gbs}")
+    if top_k < 1:
+        raise HetplanError(f"top_k must be >= 1, got {top_k}")
+    sizes = sorted({b for b in (micro_batch_sizes or (1, 2, 4, 8)) if b >= 1 and gbs % b == 0})
+    if not sizes:
+        raise HetplanError(f"no micro-batch size in {list(micro_batch_sizes or ())} divides the "
+                           f"global batch {gbs}")
+    wanted = tuple(schedules or ("1f1b", "interleaved"))
+    for s in wanted:
+        if s not in ("1f1b", "gpipe", "interleaved"):
+            raise HetplanError(f"schedule {s!r} is not one of 1f1b, gpipe, interleaved")
+    # Interleaved plans are derived from 1F1B ones (same devices, V chunks per device).
+    scheds = tuple(dict.fromkeys("1f1b" if s == "interleaved" else s for s in wanted))
+    search = Search(graph, precision, cluster, spec, gbs, objective_name=objective,
+                     budget=budget_usd_per_hour, sequence_parallel=sequence_parallel,
+                     profiles=profiles, progress=progress)
+    raw = search.run(sizes, scheds)
+    raw.sort(key=lambda r: (r[0], repr(r[1])))
+    small = len(raw) <= _COST_ALL_BELOW and sum(search.gpus) <= _SMALL_CLUSTER
+    chosen = raw if small else raw[:max(_COST_TOP, 2 * top_k)]
+    costed: list[tuple[tuple, Plan, Estimate]] = []
+    seen: set[tuple] = set()
+    for rank, entry in enumerate(chosen):
+        variants = search.plans(entry)
+        if "interleaved" in wanted and rank < _INTERLEAVE_TOP:
+            variants += [q for q in (interleaved_variant(p) for p in variants) if q is not None]
+        if "1f1b" not in wanted:
+            variants = [q for q in variants if q.schedule != "1f1b"]
+        for p in variants:
+            key = plan_key(p)
+            if key in seen:
+                continue
+            seen.add(key)
+            est = estimate(graph, cluster, p, profiles=profiles)
+            if not est.feasible:
+                continue
+            if budget_usd_per_hour is not None and (
+                    est.usd_per_hour is None or est.usd_per_hour > budget_usd_per_hour + 1e-9):
+                continue
+            costed.append((search.rank_key(est, p), p, est))
+    if not costed:
+        raise explain_infeasible(graph, cluster, search, sizes, budget_usd_per_hour)
+    costed.sort(key=lambda c: c[0])
+    top = costed[:top_k]
+    plans = tuple(with_prediction(p, e) for _, p, e in top)
+    stats = SearchStats(shapes=search.shapes, shapes_pruned=search.pruned,
+                        programs=search.programs, candidates=len(raw), costed=len(seen),
+                        seconds=time.perf_counter() - start,
+                        exact=(search.exact and not search.skipped_same_budget
+                               and not search.skipped_mixed),
+                        notes=tuple(search.notes) + _reduced_notes(search) + (
+                            (f"{search.skipped_same_budget} shapes skipped: fewer replicas "
+                             "of the same per-pipeline budget than a shape searched",)
+                            if search.skipped_same_budget else ()))
+    return SearchResult(best=plans[0], candidates=plans, estimates=tuple(e for _, _, e in top),
+                        stats=stats)
