@@ -46,6 +46,15 @@ def test_uneven_1f1b_tp1_to_tp2_tied_embedding_selective_recompute() -> None:
     _check(plan, "tiny")
 
 
+def test_sequence_parallel_tp2_to_tp1_with_full_recompute() -> None:
+    # Megatron-SP inside TP stages (residual stream split along the sequence); boundaries stay
+    # full, so a TP-2 SP stage feeds a TP-1 stage, which feeds a TP-2 SP stage with the head.
+    plan = make_plan([{"microbatches": 3, "stages": [
+        stage(0, 3, [0, 1], recompute="full"), stage(3, 4, [2]), stage(4, 6, [3, 4])]}],
+        sequence_parallel=True)
+    _check(plan, "tiny-llama")
+
+
 def test_heterogeneous_pipelines_3_to_1_with_full_recompute() -> None:
     # Two pipelines of different shapes and TP degrees: 3 micro-batches through a TP-2 → TP-1
     # pipeline, 1 through a single rank. Gradients meet weighted 3 : 1. Llama with GQA.

@@ -2,7 +2,8 @@
 
 The model keeps the plan's depth (every layer range, stage, TP degree, schedule, micro-batch
 count and recompute setting stays) at a tiny width: hidden, heads, vocabulary and sequence
-shrink to sizes every TP degree in the plan divides (head dim 8, at least 2 heads).
+shrink to sizes every TP degree in the plan divides (head dim 8, at least 2 heads; the
+sequence too, for sequence parallelism).
 Micro-batches shrink to one sequence.
 Plans with more than `max_ranks` ranks keep one pipeline of each distinct shape (DP shrinks)
 or, when one pipeline alone is too large, are refused.
@@ -65,7 +66,7 @@ def tiny_spec(model: dict[str, Any], plan: Plan) -> ModelSpec:
     data.update(hidden_size=hidden, num_attention_heads=heads,
                 num_kv_heads=base if gqa else heads,
                 ffn_hidden_size=(4 if spec.architecture == "gpt" else 3) * hidden,
-                vocab_size=VOCAB, seq_len=SEQ_LEN, name=f"{spec.name}-dryrun")
+                vocab_size=VOCAB, seq_len=max(SEQ_LEN, 8 * base), name=f"{spec.name}-dryrun")
     return ModelSpec.from_dict(data, where="dryrun model")
 
 

@@ -112,15 +112,22 @@ class Runner:
 
         last = len(chain) - 1
         self.chunks: list[ChunkModule] = []
+        self.notes: list[str] = []
         for ch in view.chunks:
             elems = chain[ch.layers[0]:ch.layers[1]]
-            for e, m in zip(range(*ch.layers), elems, strict=True):
+            sp: set[int] = set()
+            for i, (e, m) in enumerate(zip(range(*ch.layers), elems, strict=True)):
                 m.to(device)
                 if 0 < e < last:
                     if mesh is not None:
-                        apply_tp(m, mesh, f"pipelines.{ch.pipeline}.stages.{ch.index} layer {e}")
+                        where = f"pipelines.{ch.pipeline}.stages.{ch.index} layer {e}"
+                        if apply_tp(m, mesh, where, plan.sequence_parallel):
+                            sp.add(i)
+                        elif plan.sequence_parallel and not self.notes:
+                            self.notes.append(f"sequence_parallel: block {e} lacks attn_norm/"
+                                              "attn/mlp_norm/mlp; such blocks run without SP")
                     apply_recompute(m, ch.recompute)
-            self.chunks.append(ChunkModule(ch.index, ch.layers[0], elems))
+            self.chunks.append(ChunkModule(ch.index, ch.layers[0], elems, frozenset(sp), mesh))
 
         # Parameters are named after TP (which swaps in DTensor parameters, same names);
         # a tied weight held twice on this rank is one parameter under one key.

@@ -102,8 +102,11 @@ def _tp_plan(block: nn.Module) -> dict[str, str]:
     return plan
 
 
-def apply_tp(block: nn.Module, mesh: Any, where: str) -> None:
-    """Shard a transformer block Megatron-style over a 1-D DTensor mesh (in place)."""
+def apply_tp(block: nn.Module, mesh: Any, where: str, sequence_parallel: bool = False) -> bool:
+    """Shard a transformer block Megatron-style over a 1-D DTensor mesh (in place).
+
+    Returns whether sequence parallelism was applied (asked for, and the block has the
+    pre-norm structure it needs; see seqpar.py)."""
     from torch.distributed.tensor.parallel import (
         ColwiseParallel,
         RowwiseParallel,
@@ -121,10 +124,17 @@ def apply_tp(block: nn.Module, mesh: Any, where: str) -> None:
         if width % tp:
             raise HetplanError(f"{where}.{name}: width {width} does not divide by TP {tp}; "
                                "choose a TP degree that divides the heads and the MLP width")
-    styles = {n: ColwiseParallel() if s == "colwise" else RowwiseParallel()
-              for n, s in plan.items()}
+    styles: dict[str, Any] = {n: ColwiseParallel() if s == "colwise" else RowwiseParallel()
+                              for n, s in plan.items()}
+    sp = None
+    if sequence_parallel:
+        from planner.runtime.seqpar import sp_styles
+
+        sp = sp_styles(block, plan)
+        styles.update(sp or {})
     # Every TP rank built the same weights, so each keeps its slice without a scatter.
     parallelize_module(block, mesh, styles, src_data_rank=None)
+    return sp is not None
 
 
 def apply_recompute(block: nn.Module, mode: str) -> None:
@@ -149,8 +159,21 @@ class ChunkModule:
     index: int
     start: int
     elements: list[nn.Module]
+    sequence_parallel: frozenset[int] = frozenset()
+    """Positions in `elements` of blocks that run sequence-parallel over `mesh`."""
+    mesh: Any = None
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        for m in self.elements:
+        if not self.sequence_parallel:
+            for m in self.elements:
+                x = m(x)
+            return x
+        from planner.runtime.seqpar import gather_sequence, scatter_sequence
+
+        inside = False
+        for i, m in enumerate(self.elements):
+            if (i in self.sequence_parallel) != inside:
+                x = gather_sequence(x, self.mesh) if inside else scatter_sequence(x, self.mesh)
+                inside = not inside
             x = m(x)
-        return x
+        return gather_sequence(x, self.mesh) if inside else x

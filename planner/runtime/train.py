@@ -43,9 +43,6 @@ class TrainStats:
 def runtime_notes(plan: Plan, device: torch.device) -> tuple[list[str], torch.dtype | None]:
     """What the runtime does differently from the plan, and the autocast dtype to use."""
     notes = []
-    if plan.sequence_parallel:
-        notes.append("sequence_parallel: not applied; TP stages keep activations replicated "
-                     "(same numbers, more activation memory than planned)")
     if plan.zero1:
         notes.append("zero1: not applied; every rank keeps its parameters' full optimizer "
                      "state (same numbers, more memory than planned)")
@@ -136,6 +133,10 @@ def train(plan: Plan, *, steps: int, model_factory: Callable[[], Any] | None = N
             log(f"note: {note}")
     runner = Runner(plan, plan_rank, to_torch, model, device, optimizer=optimizer, lr=lr,
                     autocast=autocast, layout=layout)
+    notes += runner.notes
+    if log is not None and dist.get_rank() == 0:
+        for note in runner.notes:
+            log(f"note: {note}")
     next_batch = _batches(plan, data_loader, seed)
     losses, times = [], []
     tokens = 0
