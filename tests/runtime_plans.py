@@ -16,7 +16,7 @@ def stage(start: int, end: int, ranks: list[int], recompute: str = "none") -> di
 
 def make_plan(pipelines: list[dict[str, Any]], *, mbs: int = 1, schedule: str = "1f1b",
               virtual: int = 1, model: dict[str, Any] | None = None,
-              sequence_parallel: bool = False,
+              sequence_parallel: bool = False, zero1: bool = False,
               nodes: dict[int, tuple[str, int]] | None = None) -> Plan:
     """A plan over the given pipelines; ranks on node `cpu` at local rank = rank unless
     `nodes` maps rank → (node, local rank)."""
@@ -26,7 +26,7 @@ def make_plan(pipelines: list[dict[str, Any]], *, mbs: int = 1, schedule: str = 
     data: dict[str, Any] = {
         "global_batch_size": sum(p["microbatches"] for p in pipelines) * mbs,
         "micro_batch_size": mbs, "schedule": schedule, "virtual_stages": virtual,
-        "sequence_parallel": sequence_parallel,
+        "sequence_parallel": sequence_parallel, "zero1": zero1,
         "pipelines": pipelines, "ranks": table}
     if model is not None:
         data["model"] = model

@@ -73,13 +73,15 @@ def test_interleaved_with_microbatches_not_dividing_into_groups() -> None:
     _check(plan, "tiny-llama")
 
 
-def test_gpipe_identical_pipelines_sharded_dp() -> None:
-    # DP over two identical TP-2 → TP-1 pipelines: shards all-reduce TP rank to TP rank.
+def test_gpipe_identical_pipelines_sharded_dp_zero1() -> None:
+    # DP over two identical TP-2 → TP-1 pipelines: shards all-reduce TP rank to TP rank, and
+    # ZeRO-1 keeps each tensor's Adam state on one of the two DP peers, which broadcasts the
+    # update; 3 steps, so steps 2 and 3 see the broadcast weights.
     plan = make_plan([
         {"microbatches": 2, "stages": [stage(0, 3, [0, 1]), stage(3, 6, [2])]},
         {"microbatches": 2, "stages": [stage(0, 3, [3, 4]), stage(3, 6, [5])]}],
-        schedule="gpipe", mbs=2)
-    _check(plan, "tiny-llama")
+        schedule="gpipe", mbs=2, zero1=True)
+    _check(plan, "tiny-llama", steps=3)
 
 
 # --- train(): the plan's own model spec, built rank by rank, on synthetic data --------------

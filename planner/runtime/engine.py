@@ -36,6 +36,7 @@ from planner.runtime.topology import (
     rank_view,
     tp_groups,
 )
+from planner.runtime.zero import broadcast_updates, partition
 
 __all__ = ["Runner", "make_optimizer"]
 
@@ -138,7 +139,10 @@ class Runner:
                     local.setdefault(key_of[(e, name)], p)
         self.params = sorted(local.items(), key=lambda kp: kp[0])
         self.rules = rules
-        self.optimizer = make_optimizer([p for _, p in self.params], optimizer, lr)
+        self.to_torch = to_torch
+        self.zero = partition(self.params, rules, rank) if plan.zero1 else None
+        owned = set(self.zero.owned) if self.zero else {k for k, _ in self.params}
+        self.optimizer = make_optimizer([p for k, p in self.params if k in owned], optimizer, lr)
 
         inbound: dict[int, list[MessageId]] = {}
         peers = {r for ch in view.chunks for c in (ch.index - 1, ch.index + 1)
@@ -211,7 +215,8 @@ class Runner:
     def train_step(self, inputs: torch.Tensor, labels: torch.Tensor,
                    before_update: Callable[[Runner], None] | None = None) -> float:
         """One iteration: schedule, gradient sync, optimizer step. Returns the global loss."""
-        self.optimizer.zero_grad(set_to_none=True)
+        for _, p in self.params:  # under ZeRO-1 the optimizer does not own them all
+            p.grad = None
         loss = self.forward_backward(inputs, labels)
         with torch.no_grad():
             sync_gradients(self.params, self.rules, self.rank, self.view.chunks[0].tp, self.groups)
@@ -219,4 +224,6 @@ class Runner:
         if before_update is not None:
             before_update(self)
         self.optimizer.step()
+        if self.zero is not None:
+            broadcast_updates(self.zero, dict(self.params), self.groups, self.to_torch)
         return float(loss)

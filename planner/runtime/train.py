@@ -43,9 +43,6 @@ class TrainStats:
 def runtime_notes(plan: Plan, device: torch.device) -> tuple[list[str], torch.dtype | None]:
     """What the runtime does differently from the plan, and the autocast dtype to use."""
     notes = []
-    if plan.zero1:
-        notes.append("zero1: not applied; every rank keeps its parameters' full optimizer "
-                     "state (same numbers, more memory than planned)")
     precision = ((plan.model or {}).get("training") or {}).get("precision", "fp32")
     autocast = None
     if device.type == "cuda" and precision == "bf16":
