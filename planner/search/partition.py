@@ -87,15 +87,17 @@ class Template:
         return tuple((s.start, s.end, s.option, s.recompute) for s in self.stages)
 
 
-def _box(w: np.ndarray) -> tuple[int, int, int, int]:
-    """Rows [r0, r1) and columns [c0, c1) that hold every finite entry (empty: all zero)."""
-    if w.size == 0:
-        return (0, 0, 0, 0)
-    fin = np.isfinite(w)
-    rows, cols = np.nonzero(fin.any(axis=1))[0], np.nonzero(fin.any(axis=0))[0]
-    if rows.size == 0:
-        return (0, 0, 0, 0)
-    return (int(rows[0]), int(rows[-1]) + 1, int(cols[0]), int(cols[-1]) + 1)
+def _boxes(fin: np.ndarray) -> list[tuple[int, int, int, int]]:
+    """Per leading index: rows [r0, r1) and columns [c0, c1) holding every True entry."""
+    rows, cols = fin.any(axis=2), fin.any(axis=1)
+    out = []
+    for r, c in zip(rows, cols, strict=True):
+        if not r.any():
+            out.append((0, 0, 0, 0))
+            continue
+        out.append((int(r.argmax()), len(r) - int(r[::-1].argmax()),
+                    int(c.argmax()), len(c) - int(c[::-1].argmax())))
+    return out
 
 
 def _inflight(schedule: str, k: int, m: int) -> int:
@@ -131,39 +133,37 @@ class _Program:
         fits = {} if fits is None else fits
         for opt in options:
             c = opt.costs
-            cache: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
-            ts, ws, rcs = [np.empty(0)], [np.empty(0)], [np.empty(0)]
-            for k in range(1, self.s_max + 1):
-                inflight = _inflight(schedule, k, m)
-                if inflight not in cache:
-                    key = (id(c), inflight, zero_dp)
-                    if key not in fits:
-                        t = np.full((n + 1, n + 1), np.inf)
-                        rc = np.zeros((n + 1, n + 1), dtype=np.int8)
-                        for r in range(len(c.time_s) - 1, -1, -1):
-                            ok = c.memory_gib(r, inflight, zero_dp) <= c.capacity_gib
-                            t = np.where(ok, c.time_s[r], t)
-                            rc = np.where(ok, r, rc).astype(np.int8)
-                        fits[key] = (t, rc)
-                    t, rc = fits[key]
-                    fin = np.isfinite(t)
-                    w = np.where(fin, (m - 1) * np.where(fin, t, 0.0) + opt.tail_s, np.inf)
-                    cache[inflight] = (t, w, rc)
-                t, w, rc = cache[inflight]
-                ts.append(t)
-                ws.append(w)
-                rcs.append(rc)
-            self.t.append(ts)
-            self.w.append(ws)
-            self.rc.append(rcs)
-            tcs: dict[int, np.ndarray] = {}
-            boxes: dict[int, tuple[int, int, int, int]] = {}
-            for t, w in zip(ts[1:], ws[1:], strict=True):
-                if id(w) not in boxes:
-                    tcs[id(w)] = t + 2 * c.send_s[None, :]
-                    boxes[id(w)] = _box(w)
-            self.tc.append([ts[0], *(tcs[id(w)] for w in ws[1:])])
-            self.box.append([(0, 0, 0, 0), *(boxes[id(w)] for w in ws[1:])])
+            flights = [_inflight(schedule, k, m) for k in range(1, self.s_max + 1)]
+            distinct = list(dict.fromkeys(flights))
+            where = {f: x for x, f in enumerate(distinct)}
+            t_all = np.stack([self._fit(c, f, zero_dp, fits)[0] for f in distinct])
+            rc_all = [self._fit(c, f, zero_dp, fits)[1] for f in distinct]
+            fin = np.isfinite(t_all)
+            w_all = np.where(fin, (m - 1) * np.where(fin, t_all, 0.0) + opt.tail_s, np.inf)
+            tc_all = t_all + 2 * c.send_s[None, None, :]
+            boxes = _boxes(np.isfinite(w_all))
+            pick = [where[f] for f in flights]
+            self.t.append([np.empty(0), *(t_all[x] for x in pick)])
+            self.w.append([np.empty(0), *(w_all[x] for x in pick)])
+            self.rc.append([np.empty(0), *(rc_all[x] for x in pick)])
+            self.tc.append([np.empty(0), *(tc_all[x] for x in pick)])
+            self.box.append([(0, 0, 0, 0), *(boxes[x] for x in pick)])
+
+    @staticmethod
+    def _fit(c: OptionCosts, inflight: int, zero_dp: int,
+             fits: dict) -> tuple[np.ndarray, np.ndarray]:
+        """Fastest recompute mode that fits, per range: (time, mode); cached per search."""
+        key = (id(c), inflight, zero_dp)
+        if key not in fits:
+            n1 = c.time_s.shape[1]
+            t = np.full((n1, n1), np.inf)
+            rc = np.zeros((n1, n1), dtype=np.int8)
+            for r in range(len(c.time_s) - 1, -1, -1):
+                ok = c.memory_gib(r, inflight, zero_dp) <= c.capacity_gib
+                t = np.where(ok, c.time_s[r], t)
+                rc = np.where(ok, r, rc).astype(np.int8)
+            fits[key] = (t, rc)
+        return fits[key]
 
     def caps(self) -> np.ndarray:
         vals = [w[np.isfinite(w)] for ws in self.w for w in ws[1:]]
