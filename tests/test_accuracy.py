@@ -47,14 +47,29 @@ def test_sailor_mape_and_rank(reports: dict) -> None:
     assert reports[("sailor_measured_plans.csv", "clariden")].mape_pct <= 15.0
 
 
-@pytest.mark.parametrize("file", ["torchtitan_h100.csv", "llama3_405b.csv", "historic_runs.csv"])
+@pytest.mark.parametrize("file", ["torchtitan_h100.csv", "nemo_h100.csv", "llama3_405b.csv",
+                                  "historic_runs.csv"])
 def test_large_runs_within_ten_percent(reports: dict, file: str) -> None:
     assert reports[(file, "all")].mape_pct <= 10.0
 
 
-@pytest.mark.xfail(strict=True, reason="torchtitan A100 MAPE 11.5 % (full activation "
-                   "checkpointing predicted 20 % slow) and NeMo FP8 13.9 % (Llama rows 20 % "
-                   "slow: eager memory traffic vs fused kernels)")
-@pytest.mark.parametrize("file", ["torchtitan_a100.csv", "nemo_h100.csv"])
-def test_large_runs_not_yet_within_ten_percent(reports: dict, file: str) -> None:
-    assert reports[(file, "all")].mape_pct <= 10.0
+@pytest.mark.xfail(strict=True, reason="torchtitan A100 MAPE 14.3 %: with torchtitan's own "
+                   "selective-checkpointing policies every FSDP A100 row is 13-17 % slow (one "
+                   "2 %), while the Megatron-DeepSpeed A100 runs (historic) are 0-14 % fast at "
+                   "the same Ampere constant (docs/cost-model.md)")
+def test_torchtitan_a100_within_ten_percent(reports: dict) -> None:
+    assert reports[("torchtitan_a100.csv", "all")].mape_pct <= 10.0
+
+
+def test_torchtitan_checkpointing_ratios(reports: dict) -> None:
+    """Ratios between rows of one model cancel the GEMM efficiency: they check the recompute
+    model alone. Llama 2 13B (torchtitan, A100): no checkpointing 2162 tokens/s, selective op
+    1904 (measured ratio 1.136); Llama 2 70B: selective op (batch 1) 355 vs full (batch 2)
+    353 (1.006)."""
+    rows = {x.label: x.predicted for x in reports[("torchtitan_a100.csv", "all")].rows}
+    none = rows["Llama2-13B 64 GPUs FSDP64 none bf16"]
+    sel = rows["Llama2-13B 64 GPUs FSDP64 selective op bf16"]
+    assert none / sel == pytest.approx(2162 / 1904, rel=0.03)
+    sel70 = rows["Llama2-70B 64 GPUs FSDP64 selective op bf16"]
+    full70 = rows["Llama2-70B 64 GPUs FSDP64 full bf16"]
+    assert sel70 / full70 == pytest.approx(355 / 353, rel=0.20)

@@ -5,6 +5,7 @@
 """
 
 from planner.estimate.estimate import estimate, with_prediction
+from planner.estimate.framework import DEFAULT_FRAMEWORK, Framework
 from planner.estimate.megatron import megatron_plan
 from planner.estimate.result import Estimate, StageEstimate
 from planner.estimate.stage_cost import (
@@ -16,7 +17,9 @@ from planner.estimate.stage_cost import (
 )
 
 __all__ = [
+    "DEFAULT_FRAMEWORK",
     "Estimate",
+    "Framework",
     "LayerCostTable",
     "StageCost",
     "StageEstimate",

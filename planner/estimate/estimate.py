@@ -23,6 +23,7 @@ from cost_models.memory import GRAD_REDUCE_BYTES, inflight_microbatches
 from cost_models.profiles import ProfileSet
 from planner.cluster.model import Cluster, Node
 from planner.errors import SpecError
+from planner.estimate.framework import DEFAULT_FRAMEWORK, Framework
 from planner.estimate.links import p2p_time_s, ring_time_s
 from planner.estimate.resolve import resolve_cluster, resolve_model
 from planner.estimate.result import Estimate, StageEstimate
@@ -46,7 +47,7 @@ class _Device:
 
 def estimate(model: Any, cluster: Cluster | None, plan: Plan, *,
              profiles: ProfileSet | None = None, precision: str | None = None,
-             overlap_dp: bool = False) -> Estimate:
+             overlap_dp: bool = False, framework: Framework = DEFAULT_FRAMEWORK) -> Estimate:
     """Predict one training iteration of `plan`.
 
     `model`/`cluster` may be None when the plan embeds them; `profiles` defaults to the shipped
@@ -54,7 +55,8 @@ def estimate(model: Any, cluster: Cluster | None, plan: Plan, *,
     spec's; `overlap_dp` hides the data-parallel traffic behind each device's last micro-batch
     (forward and backward: FSDP and Megatron's distributed optimizer gather parameters during
     the forward and reduce gradients during the backward) instead of running it after the
-    flush.
+    flush. `framework` describes the executing framework where it changes the cost (default:
+    hetplan's runtime; `planner.estimate.framework`).
     """
     graph, spec_precision = resolve_model(model, plan)
     precision = precision or spec_precision
@@ -96,7 +98,7 @@ def estimate(model: Any, cluster: Cluster | None, plan: Plan, *,
                 graph, st.layers[0], st.layers[1], gpu, st.tp, mb, st.recompute,
                 precision=precision, sequence_parallel=plan.sequence_parallel,
                 intra_node_gb_per_s=node.group.intra_node_gb_per_s,
-                intra_node_link=node.group.intra_node, profiles=profiles))
+                intra_node_link=node.group.intra_node, profiles=profiles, framework=framework))
             chunk_nodes.append(node)
         sends.append([
             p2p_time_s(costs[j].p2p_bytes, chunk_nodes[j], pipe.stages[j].tp, chunk_nodes[j + 1],
@@ -117,8 +119,7 @@ def estimate(model: Any, cluster: Cluster | None, plan: Plan, *,
     worst_sync = worst_opt = 0.0
     for p, pipe in enumerate(plan.pipelines):
         devs = devices[p]
-        chunks = [StageTiming(fwd_s=c.fwd_s, bwd_s=c.bwd_s, send_s=sends[p][j],
-                              device=j % len(devs), recompute_s=min(c.recompute_s, c.bwd_s))
+        chunks = [_timing(c, j, sends[p], len(devs), framework.p2p_blocking)
                   for j, c in enumerate(_chunk_costs(devs))]
         opt = [sum(c.optimizer_step_s for c in d.costs) / shard for d in devs]
         exposed = [max(0.0, sync[p][d.index] - sum(c.fwd_s + c.bwd_s for c in d.costs))
@@ -152,6 +153,20 @@ def _simulate(chunks: tuple[StageTiming, ...], microbatches: int, schedule: str,
     repeated pipelines, share one."""
     return simulate(chunks, microbatches, schedule, v, dp_sync_s=sync, optimizer_s=opt,
                     detail=False)
+
+
+def _timing(c: StageCost, j: int, sends: list[float], s_count: int,
+            blocking: bool) -> StageTiming:
+    """Chunk j's timing. Blocking p2p (DeepSpeed's pipeline engine: `p2p.send`/`recv` are
+    synchronous inside the schedule) keeps both ends busy for the transfer, once per
+    micro-batch per direction: the forward receives from the previous chunk and sends to the
+    next, the backward the reverse; nothing is left in flight between them."""
+    if not blocking:
+        return StageTiming(fwd_s=c.fwd_s, bwd_s=c.bwd_s, send_s=sends[j], device=j % s_count,
+                           recompute_s=min(c.recompute_s, c.bwd_s))
+    comm = sends[j] + (sends[j - 1] if j > 0 else 0.0)
+    return StageTiming(fwd_s=c.fwd_s + comm, bwd_s=c.bwd_s + comm, send_s=0.0,
+                       device=j % s_count, recompute_s=min(c.recompute_s, c.bwd_s + comm))
 
 
 def _chunk_costs(devs: list[_Device]) -> list[StageCost]:

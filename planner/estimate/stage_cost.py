@@ -13,7 +13,12 @@ from itertools import accumulate
 
 from cost_models.comm import Link, allreduce_s
 from cost_models.compute import LayerWork, adam_step_s, gemm_s, layer_compute_s, memory_s
-from cost_models.efficiency import KERNELS_PER_BLOCK_FWD, LINK_EFFICIENCY, LINK_LATENCY_S
+from cost_models.efficiency import (
+    KERNELS_PER_BLOCK_FWD,
+    LINK_EFFICIENCY,
+    LINK_LATENCY_S,
+    compute_constants,
+)
 from cost_models.gpu import GpuSpec
 from cost_models.memory import (
     FRAMEWORK_OVERHEAD_GIB,
@@ -23,6 +28,7 @@ from cost_models.memory import (
     state_bytes_per_param,
 )
 from cost_models.profiles import ProfileSet, default_profiles
+from planner.estimate.framework import DEFAULT_FRAMEWORK, Framework
 from planner.graph.layers import Layer, LayerGraph
 
 __all__ = ["LayerCostTable", "StageCost", "layer_cost_table", "stage_cost",
@@ -109,7 +115,7 @@ def _intra_link(gpu: GpuSpec, gb_per_s: float | None, kind: str | None) -> Link:
 
 def _layer_costs(layer: Layer, graph: LayerGraph, gpu: GpuSpec, tp: int, mb: int,
                  recompute: str, precision: str, sp: bool, link: Link,
-                 profiles: ProfileSet) -> tuple[float, ...]:
+                 profiles: ProfileSet, fw: Framework = DEFAULT_FRAMEWORK) -> tuple[float, ...]:
     """(fwd, bwd, bwd_weight, params/GPU, activation bytes/GPU, update, transient, recompute)
     of one layer; `bwd` includes the recompute time."""
     b, t = mb, tp
@@ -118,6 +124,8 @@ def _layer_costs(layer: Layer, graph: LayerGraph, gpu: GpuSpec, tp: int, mb: int
     params = layer.params / ts
     mm_frac = layer.fwd_matmul_flops / layer.fwd_flops if layer.fwd_flops > 0 else 0.0
     mem_share = 1 / t if sp else 0.5 + 0.5 / t
+    if layer.kind == "block":  # fused kernels move less than the eager graph (framework.py)
+        mem_share *= fw.memory_traffic_scale
     width = layer.matmul_dim / t if layer.kind in ("block", "other") else layer.matmul_dim
     work = LayerWork(
         fwd_matmul_flops=b * layer.fwd_matmul_flops / ts,
@@ -146,7 +154,7 @@ def _layer_costs(layer: Layer, graph: LayerGraph, gpu: GpuSpec, tp: int, mb: int
         f_scale = b_scale = 1.0
         if prof.micro_batch != b or prof_tp != t:
             ref = _layer_costs(layer, graph, gpu, prof_tp, prof.micro_batch, "none", precision,
-                               sp, link, _NO_PROFILES)
+                               sp, link, _NO_PROFILES, fw)
             f_scale = fwd / ref[0] if ref[0] > 0 else b / prof.micro_batch
             b_scale = bwd / ref[1] if ref[1] > 0 else b / prof.micro_batch
         fwd, bwd = prof.fwd_ms / 1e3 * f_scale, prof.bwd_ms / 1e3 * b_scale
@@ -157,6 +165,15 @@ def _layer_costs(layer: Layer, graph: LayerGraph, gpu: GpuSpec, tp: int, mb: int
     no_recompute_bwd = bwd
     if recompute == "full":
         bwd += fwd
+    elif (recompute == "selective" and layer.kind == "block"
+          and fw.recompute_gemm_fraction is not None):
+        # The framework's own selective policy: shares of the forward's GEMM and memory-bound
+        # work (with their launches) re-run in the backward.
+        mem_fwd = (memory_s(work.fwd_memory_bytes, gpu)
+                   + work.kernels_fwd * compute_constants(gpu.generation).kernel_s)
+        bwd += (fw.recompute_gemm_fraction * gemm_s(work.fwd_matmul_flops, gpu, precision,
+                                                    work.gemm_width)
+                + (fw.recompute_memory_fraction or 0.0) * mem_fwd)
     elif recompute == "selective" and layer.kind == "block":
         attn_flops = getattr(layer, "fwd_attention_flops", None)
         if attn_flops is None:  # graphs without the field: QK^T and AV, 2·s²·h FLOPs each
@@ -185,7 +202,8 @@ _CACHE_MAX = 20_000
 def layer_cost_table(graph: LayerGraph, gpu: GpuSpec, tp: int, micro_batch: int,
                      recompute: str, *, precision: str, sequence_parallel: bool = False,
                      intra_node_gb_per_s: float | None = None, intra_node_link: str | None = None,
-                     profiles: ProfileSet | None = None) -> LayerCostTable:
+                     profiles: ProfileSet | None = None,
+                     framework: Framework = DEFAULT_FRAMEWORK) -> LayerCostTable:
     """Per-layer cost prefix sums for one configuration (cached on the graph's identity)."""
     if tp < 1 or micro_batch < 1:
         raise ValueError(f"tp ({tp}) and micro_batch ({micro_batch}) must be >= 1")
@@ -193,13 +211,13 @@ def layer_cost_table(graph: LayerGraph, gpu: GpuSpec, tp: int, micro_batch: int,
         raise ValueError(f"recompute must be none, selective or full, got {recompute!r}")
     profiles = default_profiles() if profiles is None else profiles
     key = (id(graph), gpu.name, tp, micro_batch, recompute, precision, sequence_parallel,
-           intra_node_gb_per_s, intra_node_link, id(profiles))
+           intra_node_gb_per_s, intra_node_link, id(profiles), framework)
     hit = _CACHE.get(key)
     if hit is not None and hit[0] is graph and hit[1] is profiles:
         return hit[2]
     link = _intra_link(gpu, intra_node_gb_per_s, intra_node_link)
     cols = list(zip(*(_layer_costs(layer, graph, gpu, tp, micro_batch, recompute, precision,
-                                   sequence_parallel, link, profiles)
+                                   sequence_parallel, link, profiles, framework)
                       for layer in graph.layers), strict=True))
 
     def prefix(xs: tuple[float, ...]) -> tuple[float, ...]:
@@ -223,17 +241,19 @@ def layer_cost_table(graph: LayerGraph, gpu: GpuSpec, tp: int, micro_batch: int,
 def stage_cost(graph: LayerGraph, start: int, end: int, gpu: GpuSpec, tp: int, micro_batch: int,
                recompute: str, *, precision: str, sequence_parallel: bool = False,
                intra_node_gb_per_s: float | None = None, intra_node_link: str | None = None,
-               profiles: ProfileSet | None = None) -> StageCost:
+               profiles: ProfileSet | None = None,
+               framework: Framework = DEFAULT_FRAMEWORK) -> StageCost:
     """Cost of layers [start, end) on a TP group of `tp` GPUs of type `gpu`, one micro-batch.
 
     `intra_node_gb_per_s` / `intra_node_link` describe the TP group's link (default: the GPU's
     usual one); `profiles` defaults to the shipped profile files (pass `ProfileSet()` for the
-    analytic model alone).
+    analytic model alone); `framework` describes the executing framework (default: hetplan's
+    runtime, see `planner.estimate.framework`).
     """
     return layer_cost_table(
         graph, gpu, tp, micro_batch, recompute, precision=precision,
         sequence_parallel=sequence_parallel, intra_node_gb_per_s=intra_node_gb_per_s,
-        intra_node_link=intra_node_link, profiles=profiles).stage(start, end)
+        intra_node_link=intra_node_link, profiles=profiles, framework=framework).stage(start, end)
 
 
 def stage_peak_memory_gib(cost: StageCost, inflight_microbatches: float,

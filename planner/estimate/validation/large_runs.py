@@ -10,6 +10,21 @@ throughput per GPU (tokens/s, or model TFLOP/s where that is what was published)
   sequence parallelism when tp > 1, interleaving when vp > 1.
 Counted in the throughput metric: plain bf16 rows. Reported but not counted: torch.compile and
 float8 variants (kernel fusion and fp8 scaling are not modelled) and context parallelism.
+
+Framework properties (`planner.estimate.Framework`), each a property of the framework that made
+the measurement, not a fitted constant:
+- torchtitan's selective checkpointing is not Megatron's. `selective op` saves the outputs of
+  matmuls and SDPA "except every second mm" (torchtitan `_custom_policy`, counted per block:
+  wq, WK, wv, WO, w1, W3, w2), so it re-runs wk, wo and w3 and every elementwise op;
+  `selective layer` fully checkpoints every second block (`selective_ac_option = 2`): half a
+  forward on average.
+- NeMo (Megatron-core + Transformer Engine) fuses the norms, RoPE, SwiGLU/GeLU and residual
+  chains: the blocks' memory-bound traffic is `cost_models.fusion.fused_traffic_ratio` of the
+  eager graph's (0.31-0.32 for Llama, 0.9 for GPT).
+- BLOOM and MT-NLG trained with full activation checkpointing and publish Megatron's TFLOP/s,
+  whose formula (Narayanan et al. SC'21, 96·B·s·l·h²(1 + s/6h + V/16lh)) counts the
+  recomputed forward: we estimate with `full` and count those FLOPs too (MT-NLG's 60.1 s per
+  iteration on 2240 GPUs gives exactly its 126 TFLOP/s with that formula, 94 without).
 """
 
 from __future__ import annotations
@@ -20,15 +35,17 @@ from pathlib import Path
 from typing import Any
 
 from cost_models.catalog import get_gpu
+from cost_models.fusion import fused_traffic_ratio
 from cost_models.gpu import GpuSpec
 from cost_models.profiles import ProfileSet
 from planner.cluster.model import Cluster, NodeGroup
 from planner.errors import HetplanError
 from planner.estimate.estimate import estimate
+from planner.estimate.framework import DEEPSPEED_PIPELINE, DEFAULT_FRAMEWORK, Framework
 from planner.estimate.megatron import megatron_plan
 from planner.estimate.validation.common import FileReport, Row, graph_for, summarise
 
-__all__ = ["large_run_reports"]
+__all__ = ["fused_framework", "large_run_reports", "torchtitan_framework"]
 
 _LLAMA = {"architecture": "llama", "training": {"precision": "bf16"}}
 _GPT = {"architecture": "gpt", "training": {"precision": "bf16"}}
@@ -74,6 +91,45 @@ def _graph(model: str, seq: int, precision: str) -> Any:
     return graph_for(base, seq_len=seq, precision=precision)
 
 
+def _spec(model: str) -> Any:
+    from planner.graph.load_spec import load_model_spec
+    from planner.graph.spec import ModelSpec
+
+    spec = MODELS[model]
+    if "zoo" in spec:
+        return load_model_spec(spec["zoo"])
+    return ModelSpec.from_dict({"seq_len": 2048, **spec}, where="validation model")
+
+
+def _block_dims(model: str) -> tuple[int, int, int, bool]:
+    """(hidden, ffn, kv width, llama-style) of a model's blocks."""
+    sp = _spec(model)
+    kv = sp.hidden_size // sp.num_attention_heads * sp.num_kv_heads
+    return sp.hidden_size, sp.ffn_hidden_size, kv, sp.architecture == "llama"
+
+
+def fused_framework(model: str, graph: Any) -> Framework:
+    """NeMo / Megatron-core with Transformer Engine: fused elementwise chains."""
+    h, ffn, kv, llama = _block_dims(model)
+    block = next(x for x in graph.layers if x.kind == "block")
+    ratio = fused_traffic_ratio(block.fwd_memory_bytes / graph.seq_len, h, ffn, kv,
+                                gated=llama, rotary=llama, dtype_bytes=graph.dtype_bytes)
+    return Framework(name="megatron-core+TE", memory_traffic_scale=ratio)
+
+
+def torchtitan_framework(model: str, graph: Any, policy: str) -> Framework:
+    """torchtitan's selective activation checkpointing (`op` or `layer`, see module doc)."""
+    if policy == "layer":
+        return Framework(name="torchtitan", recompute_gemm_fraction=0.5,
+                         recompute_memory_fraction=0.5)
+    h, ffn, kv, _ = _block_dims(model)
+    block = next(x for x in graph.layers if x.kind == "block")
+    rerun = 2.0 * (h * kv + h * h + h * ffn) * graph.seq_len  # wk, wo, w3 forward FLOPs
+    share = min(1.0, rerun / block.fwd_matmul_flops)
+    return Framework(name="torchtitan", recompute_gemm_fraction=share,
+                     recompute_memory_fraction=1.0)
+
+
 def _cluster(gpu: GpuSpec, gpus: int, nic_gbps: float) -> Cluster:
     nodes = max(1, gpus // 8)
     group = NodeGroup(name="n", count=nodes, gpu=gpu, gpus_per_node=8, intra_node="nvlink",
@@ -96,8 +152,12 @@ _H100_96 = _h100_96gb()
 
 def _run(model: str, seq: int, precision: str, gpu: GpuSpec, gpus: int, nic_gbps: float,
          tp: int, pp: int, vp: int, mb: int, gbs: int, recompute: str, fsdp: bool,
-         profiles: ProfileSet) -> tuple[float, float, bool]:
-    """(tokens/s per GPU, model TFLOP/s per GPU, feasible) for one configuration."""
+         profiles: ProfileSet, framework: Any = None,
+         count_recompute: bool = False, overlap_dp: bool = True) -> tuple[float, float, bool]:
+    """(tokens/s per GPU, model TFLOP/s per GPU, feasible) for one configuration.
+
+    `framework(model, graph)` gives the executing framework; `count_recompute` counts the
+    recomputed forward in the TFLOP/s (Megatron's published convention)."""
     # fp8 recipes keep bf16 activations and master weights: the graph is built in bf16.
     graph = _graph(model, seq, "bf16" if precision == "fp8" else precision)
     dp = gpus // (tp * pp)
@@ -108,10 +168,14 @@ def _run(model: str, seq: int, precision: str, gpu: GpuSpec, gpus: int, nic_gbps
                          recompute=recompute, sequence_parallel=tp > 1 and not fsdp,
                          schedule=schedule, virtual_stages=vp if schedule == "interleaved" else 1,
                          zero1=True)
+    fw = DEFAULT_FRAMEWORK if framework is None else framework(model, graph)
     est = estimate(graph, cluster, plan, profiles=profiles, precision=precision,
-                   overlap_dp=True)
+                   overlap_dp=overlap_dp, framework=fw)
     per_gpu = est.tokens_per_s / gpus
-    tflops = graph.train_flops * gbs / est.iteration_time_s / gpus / 1e12
+    flops = graph.train_flops
+    if count_recompute and recompute == "full":
+        flops += sum(x.fwd_flops for x in graph.layers)
+    tflops = flops * gbs / est.iteration_time_s / gpus / 1e12
     return per_gpu, tflops, est.feasible
 
 
@@ -147,10 +211,14 @@ def _torchtitan(path: Path, profiles: ProfileSet, h100: bool) -> list[Row]:
             # torchtitan's local batch is per data-parallel rank; with PP it is split into
             # micro-batches of 1 (its default), otherwise one micro-batch.
             mb = 1 if pp > 1 else lb
+            ac = r["activation_ckpt"]
+            policy = ac.split()[-1] if ac.startswith("selective") else ""
+            framework = (None if not policy
+                         else lambda m, g, pol=policy: torchtitan_framework(m, g, pol))
             try:
                 tok, _, feasible = _run(model, seq, precision, gpu, gpus, nic, tp, pp,
                                         2 if "interleaved" in par else 1, mb, lb * dp,
-                                        _ac(r["activation_ckpt"]), True, profiles)
+                                        _ac(ac), True, profiles, framework)
             except (HetplanError, KeyError, ValueError) as exc:
                 rows.append(Row(label, measured, None, used=False, note=str(exc)))
                 continue
@@ -180,7 +248,7 @@ def _nemo(path: Path, profiles: ProfileSet) -> list[Row]:
             try:
                 tok, _, feasible = _run(r["model"], int(r["seq"]), "fp8", h100, int(r["gpus"]),
                                         3200.0, tp, pp, vp, int(r["mbs"]), int(r["gbs"]), "none",
-                                        False, profiles)
+                                        False, profiles, fused_framework)
             except (HetplanError, KeyError, ValueError) as exc:
                 rows.append(Row(label, measured, None, used=False, note=str(exc)))
                 continue
@@ -233,7 +301,8 @@ def _historic(profiles: ProfileSet) -> list[Row]:
     for label, model, gpus, nic, tp, pp, mb, gbs, measured in _HISTORIC:
         try:
             _, tflops, feasible = _run(model, 2048, "bf16", a100, gpus, nic, tp, pp, 1, mb, gbs,
-                                       "none", False, profiles)
+                                       "full", False, profiles, lambda m, g: DEEPSPEED_PIPELINE,
+                                       count_recompute=True, overlap_dp=False)
         except (HetplanError, KeyError, ValueError) as exc:
             rows.append(Row(label, measured, None, used=False, note=str(exc)))
             continue
