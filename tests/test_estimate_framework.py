@@ -1,0 +1,93 @@
+"""Framework execution properties: defaults change nothing; each property changes exactly the
+work it describes (hand-computed from the cost functions)."""
+
+from __future__ import annotations
+
+import pytest
+
+from cost_models.compute import gemm_s, memory_s
+from cost_models.efficiency import KERNELS_PER_BLOCK_FWD, compute_constants
+from cost_models.fusion import fused_block_bytes_per_token, fused_traffic_ratio
+from cost_models.profiles import ProfileSet
+from planner.estimate import DEFAULT_FRAMEWORK, Framework, estimate, megatron_plan, stage_cost
+from planner.estimate.framework import DEEPSPEED_PIPELINE
+from planner.estimate.links import p2p_time_s
+from planner.simulate import StageTiming, simulate
+from tests.test_cost_fixtures import cluster, gpt_graph, gpu
+
+NONE = ProfileSet()
+
+
+def test_fused_bytes_closed_form_llama2_7b() -> None:
+    # Llama 2 7B block (h 4096, FFN 11008, MHA): norms 4h + residuals 6h + flash I/O 2h + 2kv
+    # + RoPE 2(h + kv) + SwiGLU 3·FFN elements, 2 B each.
+    h, ffn = 4096, 11008
+    elems = 4 * h + 6 * h + 2 * h + 2 * h + 2 * (h + h) + 3 * ffn
+    assert fused_block_bytes_per_token(h, ffn, h, gated=True, rotary=True) == 2 * elems
+    assert fused_traffic_ratio(2 * elems * 4, h, ffn, h, gated=True, rotary=True) == 0.25
+    assert fused_traffic_ratio(1.0, h, ffn, h, gated=True, rotary=True) == 1.0  # never > 1
+
+
+def test_framework_rejects_nonsense() -> None:
+    with pytest.raises(ValueError, match="memory_traffic_scale"):
+        Framework(memory_traffic_scale=0.0)
+    with pytest.raises(ValueError, match="both"):
+        Framework(recompute_gemm_fraction=0.5)
+
+
+def test_default_framework_is_the_old_behaviour() -> None:
+    graph = gpt_graph(layers=4)
+    g = gpu()
+    a = stage_cost(graph, 0, 6, g, 2, 2, "selective", precision="bf16", profiles=NONE)
+    b = stage_cost(graph, 0, 6, g, 2, 2, "selective", precision="bf16", profiles=NONE,
+                   framework=DEFAULT_FRAMEWORK)
+    assert a == b
+
+
+def test_memory_traffic_scale_removes_exactly_that_share_of_block_traffic() -> None:
+    graph = gpt_graph(layers=1)
+    g = gpu()
+    blk = graph.layers[1]
+    base = stage_cost(graph, 1, 2, g, 1, 1, "none", precision="bf16", profiles=NONE)
+    half = stage_cost(graph, 1, 2, g, 1, 1, "none", precision="bf16", profiles=NONE,
+                      framework=Framework(memory_traffic_scale=0.5))
+    mem = memory_s(blk.fwd_memory_bytes, g)
+    assert base.fwd_s - half.fwd_s == pytest.approx(0.5 * mem, rel=1e-9)
+    assert base.bwd_s - half.bwd_s == pytest.approx(0.5 * 2 * mem, rel=1e-9)
+
+
+def test_framework_selective_policy_reruns_its_shares() -> None:
+    graph = gpt_graph(layers=1)
+    g = gpu()
+    blk = graph.layers[1]
+    none = stage_cost(graph, 1, 2, g, 1, 1, "none", precision="bf16", profiles=NONE)
+    fw = Framework(recompute_gemm_fraction=0.4, recompute_memory_fraction=1.0)
+    sel = stage_cost(graph, 1, 2, g, 1, 1, "selective", precision="bf16", profiles=NONE,
+                     framework=fw)
+    kernels = KERNELS_PER_BLOCK_FWD * compute_constants(g.generation).kernel_s
+    rerun = (0.4 * gemm_s(blk.fwd_matmul_flops, g, "bf16", blk.matmul_dim)
+             + memory_s(blk.fwd_memory_bytes, g) + kernels)
+    assert sel.bwd_s - none.bwd_s == pytest.approx(rerun, rel=1e-9)
+    assert sel.fwd_s == none.fwd_s
+
+
+def test_blocking_p2p_matches_hand_built_simulation() -> None:
+    # Two stages on two nodes: blocking p2p keeps both ends busy for the transfer.
+    graph = gpt_graph(layers=4)
+    g = gpu()
+    cl = cluster(("a", g, 2, 1, 10.0, None))
+    plan = megatron_plan(graph, cl, tp=1, pp=2, dp=1, micro_batch=1, global_batch=8)
+    est = estimate(graph, cl, plan, profiles=NONE, framework=DEEPSPEED_PIPELINE)
+    free = estimate(graph, cl, plan, profiles=NONE)
+    st = [stage_cost(graph, *s.layers, g, 1, 1, "none", precision="bf16", profiles=NONE)
+          for s in plan.pipelines[0].stages]
+    nodes = {n.name: n for n in cl.nodes}
+    send = p2p_time_s(st[0].p2p_bytes, nodes["a-0"], 1, nodes["a-1"], 5e-6)
+    chunks = [StageTiming(fwd_s=st[0].fwd_s + send, bwd_s=st[0].bwd_s + send, send_s=0.0,
+                          device=0),
+              StageTiming(fwd_s=st[1].fwd_s + send, bwd_s=st[1].bwd_s + send, send_s=0.0,
+                          device=1)]
+    opt = [st[0].optimizer_step_s, st[1].optimizer_step_s]
+    tl = simulate(chunks, 8, "1f1b", optimizer_s=opt, detail=False)
+    assert est.iteration_time_s == pytest.approx(tl.makespan_s, rel=1e-9)
+    assert est.iteration_time_s > free.iteration_time_s
