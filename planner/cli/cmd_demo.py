@@ -12,9 +12,10 @@ DEMO_CLUSTER = "lab-mixed"
 
 @app.command()
 def demo(
-    out: str = typer.Option("", "-o", "--out", help="Also write the plan JSON here."),
+    out: str = typer.Option("", "-o", "--output", help="Also write the plan JSON here."),
 ) -> None:
     """Plan llama3-8b on the bundled lab-mixed cluster (A100 + V100 + T4) and print the plan."""
-    from planner.cli.cmd_plan import plan_command
+    from planner.cli.cmd_plan import plan
 
-    plan_command(DEMO_MODEL, DEMO_CLUSTER, out=out or None)
+    plan(DEMO_MODEL, DEMO_CLUSTER, output=out or None, global_batch=None, objective="throughput",
+         budget_usd_per_hour=None, top_k=5, sequence_parallel=False, json_out=False)

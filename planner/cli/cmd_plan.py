@@ -53,16 +53,28 @@ class _Bar:
 
 
 def _stage_table(plan: Any, est: Any, title: str) -> Table:
+    """One block of rows per distinct pipeline shape; identical DP replicas share it."""
     t = Table(title=title)
-    for col in ("pipe", "stage", "GPU", "count", "TP", "layers", "recompute", "fwd ms",
-                "bwd ms", "memory GiB"):
+    for col in ("pipelines", "µbatches", "stage", "GPU", "TP", "layers", "recompute",
+                "fwd ms", "bwd ms", "memory GiB"):
         t.add_column(col, justify="left" if col in ("GPU", "layers", "recompute") else "right")
+    by_pipe: dict[int, list[Any]] = {}
     for s in est.stages:
-        st = plan.pipelines[s.pipeline].stages[s.stage]
-        mem = f"{s.peak_memory_gib:.1f} / {s.memory_capacity_gib:.0f}"
-        t.add_row(str(s.pipeline), str(s.stage), s.gpu, str(len(st.ranks)), str(s.tp),
-                  f"[{s.layers[0]}, {s.layers[1]})", st.recompute, f"{s.fwd_ms:.2f}",
-                  f"{s.bwd_ms:.2f}", mem)
+        by_pipe.setdefault(s.pipeline, []).append(s)
+    groups: dict[tuple, list[int]] = {}
+    for p_idx, pipe in enumerate(plan.pipelines):
+        key = (pipe.microbatches,
+               tuple((st.layers, st.gpu, st.tp, st.recompute) for st in pipe.stages))
+        groups.setdefault(key, []).append(p_idx)
+    for (microbatches, _), members in groups.items():
+        label = str(members[0]) if len(members) == 1 else f"{len(members)}× ({members[0]}…)"
+        for k, s in enumerate(by_pipe[members[0]]):
+            st = plan.pipelines[s.pipeline].stages[s.stage]
+            mem = f"{s.peak_memory_gib:.1f} / {s.memory_capacity_gib:.0f}"
+            t.add_row(label if k == 0 else "", str(microbatches) if k == 0 else "",
+                      str(s.stage), s.gpu, str(s.tp), f"[{s.layers[0]}, {s.layers[1]})",
+                      st.recompute, f"{s.fwd_ms:.2f}", f"{s.bwd_ms:.2f}", mem)
+        t.add_section()
     return t
 
 

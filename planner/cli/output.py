@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import json
+import sys
 from typing import Any
 
 from rich.console import Console
 
 __all__ = ["console", "print_json"]
 
-console = Console()
+# Piped output (files, CI logs, tests) gets a wide table rather than rich's 80-column default,
+# so GPU names and layer ranges are not folded.
+console = Console() if sys.stdout.isatty() else Console(width=140)
 
 
 def print_json(data: Any) -> None:
