@@ -3,6 +3,8 @@ work it describes (hand-computed from the cost functions)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from cost_models.compute import gemm_s, memory_s
@@ -91,3 +93,21 @@ def test_blocking_p2p_matches_hand_built_simulation() -> None:
     tl = simulate(chunks, 8, "1f1b", optimizer_s=opt, detail=False)
     assert est.iteration_time_s == pytest.approx(tl.makespan_s, rel=1e-9)
     assert est.iteration_time_s > free.iteration_time_s
+
+
+def test_causal_flash_skips_half_the_attention_core() -> None:
+    base = gpt_graph(layers=1)
+    s_, h = base.seq_len, base.layers[1].matmul_dim
+    blk = dataclasses.replace(base.layers[1], fwd_attention_flops=4.0 * s_ * s_ * h)
+    graph = dataclasses.replace(base, layers=(base.layers[0], blk, base.layers[2]))
+    g = gpu()
+    full = stage_cost(graph, 1, 2, g, 1, 1, "none", precision="bf16", profiles=NONE)
+    causal = stage_cost(graph, 1, 2, g, 1, 1, "none", precision="bf16", profiles=NONE,
+                        framework=Framework(attention_flops_share=0.5))
+    w = blk.matmul_dim
+    fwd_cut = (gemm_s(blk.fwd_matmul_flops, g, "bf16", w)
+               - gemm_s(blk.fwd_matmul_flops - 0.5 * blk.fwd_attention_flops, g, "bf16", w))
+    assert full.fwd_s - causal.fwd_s == pytest.approx(fwd_cut, rel=1e-9)
+    # The backward computes the attention core twice over (dQ, dK, dV): twice the saving.
+    assert full.bwd_s - causal.bwd_s == pytest.approx(2 * fwd_cut, rel=1e-9)
+    assert full.bwd_weight_s == causal.bwd_weight_s

@@ -11,6 +11,11 @@ with one of these records instead of bending the shared constants:
   re-runs in the backward, as fractions of the block's forward GEMM work and memory-bound
   work, for frameworks whose selective checkpointing is not Megatron's (Korthikanti et al.
   2023: the attention core only). None: Megatron's.
+- `attention_flops_share`: the graph counts attention non-causal (Korthikanti eq. 7); causal
+  flash kernels (FlashAttention-2, Dao 2023, §3.1: blocks above the diagonal are skipped; cuDNN
+  / Transformer Engine fused attention likewise) compute about half of it, forward and
+  backward. Frameworks that materialise the masked s×s scores (Megatron's 2021-22 fused
+  softmax path) compute all of it.
 - `p2p_blocking`: pipeline sends/receives are synchronous inside the schedule (DeepSpeed's
   `PipelineEngine`: `deepspeed/runtime/pipe/p2p.py` asserts `async_op == False` and calls
   `dist.send`/`dist.recv`, or `broadcast` on a two-rank group before torch 1.8), so each
@@ -37,6 +42,9 @@ class Framework:
     """Under `selective` recompute: share of the block's forward GEMM time re-run."""
     recompute_memory_fraction: float | None = None
     """Under `selective` recompute: share of the block's forward memory-bound time re-run."""
+    attention_flops_share: float = 1.0
+    """Share of the graph's (non-causal) attention-core FLOPs the attention kernel computes:
+    0.5 for causal flash kernels, which skip the masked upper-triangle blocks."""
     p2p_blocking: bool = False
     """Pipeline p2p occupies sender and receiver (not overlapped with compute)."""
 
@@ -48,6 +56,9 @@ class Framework:
             x = getattr(self, name)
             if x is not None and not 0 <= x <= 1:
                 raise ValueError(f"{name} must be in [0, 1], got {x}")
+        if not 0.5 <= self.attention_flops_share <= 1:
+            raise ValueError(f"attention_flops_share must be in [0.5, 1], got "
+                             f"{self.attention_flops_share}")
         if (self.recompute_gemm_fraction is None) != (self.recompute_memory_fraction is None):
             raise ValueError("give both recompute fractions or neither")
 

@@ -127,9 +127,12 @@ def _layer_costs(layer: Layer, graph: LayerGraph, gpu: GpuSpec, tp: int, mb: int
     if layer.kind == "block":  # fused kernels move less than the eager graph (framework.py)
         mem_share *= fw.memory_traffic_scale
     width = layer.matmul_dim / t if layer.kind in ("block", "other") else layer.matmul_dim
+    # A causal flash kernel skips part of the attention core (framework.py); its backward is
+    # twice its forward and all activation gradient.
+    skipped = (1.0 - fw.attention_flops_share) * layer.fwd_attention_flops
     work = LayerWork(
-        fwd_matmul_flops=b * layer.fwd_matmul_flops / ts,
-        bwd_act_matmul_flops=b * layer.bwd_act_flops * mm_frac / ts,
+        fwd_matmul_flops=b * (layer.fwd_matmul_flops - skipped) / ts,
+        bwd_act_matmul_flops=b * (layer.bwd_act_flops * mm_frac - 2 * skipped) / ts,
         bwd_weight_matmul_flops=b * layer.bwd_weight_flops * mm_frac / ts,
         fwd_memory_bytes=b * layer.fwd_memory_bytes * mem_share,
         gemm_width=max(width, 1.0),
@@ -180,6 +183,7 @@ def _layer_costs(layer: Layer, graph: LayerGraph, gpu: GpuSpec, tp: int, mb: int
             attn_flops = min(4.0 * graph.seq_len * graph.seq_len * layer.matmul_dim,
                              layer.fwd_matmul_flops)
         dropped = layer.activation_bytes - layer.activation_bytes_selective
+        attn_flops *= fw.attention_flops_share
         bwd += gemm_s(b * attn_flops / t, gpu, precision, max(layer.matmul_dim / t, 1.0))
         bwd += memory_s(b * dropped / t, gpu)
     rep_per_seq = 10.0 * graph.seq_len * layer.matmul_dim * graph.dtype_bytes / 2

@@ -108,26 +108,33 @@ def _block_dims(model: str) -> tuple[int, int, int, bool]:
     return sp.hidden_size, sp.ffn_hidden_size, kv, sp.architecture == "llama"
 
 
+CAUSAL_FLASH = 0.5
+"""Causal flash attention (SDPA flash / cuDNN / TE fused) computes half the s×s blocks."""
+TORCHTITAN_FULL = Framework(name="torchtitan", attention_flops_share=CAUSAL_FLASH)
+FLASH_ONLY = Framework(name="flash-attention", attention_flops_share=CAUSAL_FLASH)
+
+
 def fused_framework(model: str, graph: Any) -> Framework:
     """NeMo / Megatron-core with Transformer Engine: fused elementwise chains."""
     h, ffn, kv, llama = _block_dims(model)
     block = next(x for x in graph.layers if x.kind == "block")
     ratio = fused_traffic_ratio(block.fwd_memory_bytes / graph.seq_len, h, ffn, kv,
                                 gated=llama, rotary=llama, dtype_bytes=graph.dtype_bytes)
-    return Framework(name="megatron-core+TE", memory_traffic_scale=ratio)
+    return Framework(name="megatron-core+TE", memory_traffic_scale=ratio,
+                     attention_flops_share=CAUSAL_FLASH)
 
 
 def torchtitan_framework(model: str, graph: Any, policy: str) -> Framework:
     """torchtitan's selective activation checkpointing (`op` or `layer`, see module doc)."""
     if policy == "layer":
         return Framework(name="torchtitan", recompute_gemm_fraction=0.5,
-                         recompute_memory_fraction=0.5)
+                         recompute_memory_fraction=0.5, attention_flops_share=CAUSAL_FLASH)
     h, ffn, kv, _ = _block_dims(model)
     block = next(x for x in graph.layers if x.kind == "block")
     rerun = 2.0 * (h * kv + h * h + h * ffn) * graph.seq_len  # wk, wo, w3 forward FLOPs
     share = min(1.0, rerun / block.fwd_matmul_flops)
     return Framework(name="torchtitan", recompute_gemm_fraction=share,
-                     recompute_memory_fraction=1.0)
+                     recompute_memory_fraction=1.0, attention_flops_share=CAUSAL_FLASH)
 
 
 def _cluster(gpu: GpuSpec, gpus: int, nic_gbps: float) -> Cluster:
@@ -213,8 +220,8 @@ def _torchtitan(path: Path, profiles: ProfileSet, h100: bool) -> list[Row]:
             mb = 1 if pp > 1 else lb
             ac = r["activation_ckpt"]
             policy = ac.split()[-1] if ac.startswith("selective") else ""
-            framework = (None if not policy
-                         else lambda m, g, pol=policy: torchtitan_framework(m, g, pol))
+            framework = (lambda m, g: TORCHTITAN_FULL) if not policy else (
+                lambda m, g, pol=policy: torchtitan_framework(m, g, pol))
             try:
                 tok, _, feasible = _run(model, seq, precision, gpu, gpus, nic, tp, pp,
                                         2 if "interleaved" in par else 1, mb, lb * dp,
@@ -275,7 +282,7 @@ def _llama3(path: Path, profiles: ProfileSet) -> list[Row]:
             try:
                 _, tflops, feasible = _run("Llama3.1-405B", int(r["seq_len"]), "bf16", h100,
                                            int(r["gpus"]), 3200.0, tp, pp, 4, 1, mbs * dp, "none",
-                                           False, profiles)
+                                           False, profiles, lambda m, g: FLASH_ONLY)
             except (HetplanError, KeyError, ValueError) as exc:
                 rows.append(Row(label, measured, None, used=False, note=str(exc)))
                 continue
