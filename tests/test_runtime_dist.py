@@ -24,10 +24,10 @@ from tests.runtime_plans import make_plan, stage
 TOL = 1e-5
 
 
-def _check(plan, spec_name: str, steps: int = 2) -> CheckResult:
+def _check(plan, spec_name: str, steps: int = 2, **extra: float) -> CheckResult:
     spec = load_model_spec(spec_name)
     factory = functools.partial(build_model, spec, device="cpu")
-    opts = {"seq_len": spec.seq_len, "vocab_size": spec.vocab_size}
+    opts = {"seq_len": spec.seq_len, "vocab_size": spec.vocab_size, **extra}
     (res,) = check_plans([(plan, factory, opts)], steps=steps)
     assert res.num_params_checked == res.num_reference_params  # every gradient was compared
     assert res.max_grad_diff <= TOL, res
@@ -67,10 +67,12 @@ def test_heterogeneous_pipelines_3_to_1_with_full_recompute() -> None:
 def test_interleaved_with_microbatches_not_dividing_into_groups() -> None:
     # 2 device groups (TP 2 and TP 1) × 2 chunks, 3 micro-batches (Megatron's warm-up needs
     # M % S == 0; the runtime lengthens the warm-up until the schedule provably completes).
+    # With fp16's loss scaling on (in fp32: scaling by 2^10 is exact), so the gradients the
+    # stages exchange are scaled and the update must unscale them.
     plan = make_plan([{"microbatches": 3, "stages": [
         stage(0, 2, [0, 1]), stage(2, 3, [2]), stage(3, 5, [0, 1]), stage(5, 6, [2])]}],
         schedule="interleaved", virtual=2)
-    _check(plan, "tiny-llama")
+    _check(plan, "tiny-llama", loss_scale=1024.0)
 
 
 def test_gpipe_identical_pipelines_sharded_dp_zero1() -> None:
@@ -206,3 +208,23 @@ def test_world_size_mismatch_is_one_clear_line() -> None:
     plan = make_plan([{"microbatches": 2, "stages": [stage(0, 2, [0]), stage(2, 5, [1, 2])]}])
     msgs = run_local(_wrong_world_worker, 2, plan.to_dict())
     assert msgs == ["the plan has 3 ranks but the process group has 2"] * 2
+
+
+def _scaler_worker(rank: int, world: int, store_dir: str) -> tuple[bool, float, bool, float,
+                                                                    list[float]]:
+    from planner.runtime.scaler import LossScaler
+
+    init_world(store_dir, "pg", rank, world)
+    scaler = LossScaler(init_scale=8.0)
+    bad = [torch.tensor([1.0, float("inf") if rank == 0 else 2.0])]
+    first = scaler.unscale_or_skip(bad, torch.device("cpu"))
+    scale_after_overflow = scaler.scale
+    good = [torch.tensor([4.0, 8.0])]
+    second = scaler.unscale_or_skip(good, torch.device("cpu"))
+    return first, scale_after_overflow, second, scaler.scale, good[0].tolist()
+
+
+def test_loss_scaler_skips_everywhere_when_one_rank_overflows() -> None:
+    # Rank 0 overflows, rank 1 does not: both skip and halve the scale (8 → 4); the next clean
+    # step unscales by 4 on both.
+    assert run_local(_scaler_worker, 2) == [(False, 4.0, True, 4.0, [1.0, 2.0])] * 2

@@ -17,6 +17,7 @@ from planner.errors import HetplanError
 from planner.plan.schema import Plan
 from planner.runtime.comm import Channel, MessageId, make_groups
 from planner.runtime.grads import sync_gradients, sync_rules
+from planner.runtime.scaler import LossScaler
 from planner.runtime.schedule import Action, pipeline_actions
 from planner.runtime.stage import (
     ChunkModule,
@@ -86,12 +87,15 @@ class Runner:
 
     def __init__(self, plan: Plan, rank: int, to_torch: dict[int, int], model: Any,
                  device: torch.device, *, optimizer: str = "adamw", lr: float = 1e-3,
-                 autocast: torch.dtype | None = None, layout: ParamLayout | None = None) -> None:
+                 autocast: torch.dtype | None = None, layout: ParamLayout | None = None,
+                 loss_scale: float | None = None) -> None:
         """`autocast`: compute dtype for forward (weights, gradients, optimizer stay fp32).
         `layout`: the whole model's parameter keys and ties when `model` is partly replaced
-        (build_for_rank); by default read from `model`."""
+        (build_for_rank); by default read from `model`. `loss_scale`: initial scale of
+        dynamic loss scaling (fp16); None for none."""
         self.plan, self.rank, self.device = plan, rank, device
         self.autocast = autocast
+        self.scaler = LossScaler(loss_scale) if loss_scale else None
         self.view = view = rank_view(plan, rank)
         chain = chain_of(model)
         self.loss_fn = loss_of(model)
@@ -200,7 +204,7 @@ class Runner:
                 continue
             x, out = saved.pop((v, m))
             if c == last:
-                torch.autograd.backward(out)
+                torch.autograd.backward(out * self.scaler.scale if self.scaler else out)
             else:
                 src = backward_peers(here, self._chunk(c + 1), self.rank)[0]
                 torch.autograd.backward(out, self.channel.recv(("B", c + 1, m), src))
@@ -214,13 +218,17 @@ class Runner:
 
     def train_step(self, inputs: torch.Tensor, labels: torch.Tensor,
                    before_update: Callable[[Runner], None] | None = None) -> float:
-        """One iteration: schedule, gradient sync, optimizer step. Returns the global loss."""
+        """One iteration: schedule, gradient sync, optimizer step (skipped when fp16 loss
+        scaling overflowed anywhere). Returns the global loss."""
         for _, p in self.params:  # under ZeRO-1 the optimizer does not own them all
             p.grad = None
         loss = self.forward_backward(inputs, labels)
         with torch.no_grad():
             sync_gradients(self.params, self.rules, self.rank, self.view.chunks[0].tp, self.groups)
         dist.all_reduce(loss)
+        if self.scaler is not None and not self.scaler.unscale_or_skip(
+                [p.grad for _, p in self.params], self.device):
+            return float(loss)
         if before_update is not None:
             before_update(self)
         self.optimizer.step()

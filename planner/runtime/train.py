@@ -45,11 +45,10 @@ def runtime_notes(plan: Plan, device: torch.device) -> tuple[list[str], torch.dt
     notes = []
     precision = ((plan.model or {}).get("training") or {}).get("precision", "fp32")
     autocast = None
-    if device.type == "cuda" and precision == "bf16":
-        autocast = torch.bfloat16
+    if device.type == "cuda" and precision in ("bf16", "fp16"):
+        autocast = torch.bfloat16 if precision == "bf16" else torch.float16
     elif precision != "fp32":
-        notes.append(f"precision {precision}: running fp32 "
-                     f"({'no loss scaling for fp16 yet' if precision == 'fp16' else 'on CPU'})")
+        notes.append(f"precision {precision}: running fp32 on CPU")
     return notes, autocast
 
 
@@ -129,7 +128,8 @@ def train(plan: Plan, *, steps: int, model_factory: Callable[[], Any] | None = N
         for note in notes:
             log(f"note: {note}")
     runner = Runner(plan, plan_rank, to_torch, model, device, optimizer=optimizer, lr=lr,
-                    autocast=autocast, layout=layout)
+                    autocast=autocast, layout=layout,
+                    loss_scale=2.0**16 if autocast == torch.float16 else None)
     notes += runner.notes
     if log is not None and dist.get_rank() == 0:
         for note in runner.notes:
