@@ -19,13 +19,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lr", type=float, default=1e-4)
     parser.add_argument("--optimizer", choices=["adamw", "sgd"], default="adamw")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--max-grad-norm", type=float, default=None,
+                        help="clip the global gradient norm (default: no clipping)")
     args = parser.parse_args(argv)
     from planner.runtime.train import train
 
     try:
         plan = Plan.load(args.plan)
         stats = train(plan, steps=args.steps, lr=args.lr, optimizer=args.optimizer,
-                      seed=args.seed)
+                      seed=args.seed, max_grad_norm=args.max_grad_norm)
     except HetplanError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -60,7 +60,8 @@ def _worker(rank: int, world: int, store_dir: str, plan_dict: dict, factory: Mod
     init_world(store_dir, "plan", rank, world)
     lr, opt_name = opts.get("lr", 1e-4), opts.get("optimizer", "adamw")
     runner = Runner(plan, rank, {r: r for r in range(world)}, factory(), torch.device("cpu"),
-                    optimizer=opt_name, lr=lr, loss_scale=opts.get("loss_scale"))
+                    optimizer=opt_name, lr=lr, loss_scale=opts.get("loss_scale"),
+                    max_grad_norm=opts.get("max_grad_norm"))
     ref = factory()
     ref_chain = chain_of(ref)
     ref_opt = make_optimizer(list(ref.parameters()), opt_name, lr)
@@ -79,6 +80,8 @@ def _worker(rank: int, world: int, store_dir: str, plan_dict: dict, factory: Mod
         inputs, labels = synthetic_batch(step, plan.global_batch_size, opts["seq_len"],
                                          opts["vocab_size"])
         ref_losses.append(_reference_step(ref, ref_opt, inputs, labels))
+        if opts.get("max_grad_norm") is not None:
+            torch.nn.utils.clip_grad_norm_(ref.parameters(), opts["max_grad_norm"])
         losses.append(runner.train_step(inputs, labels, before_update=compare))
         ref_opt.step()
     diff = torch.tensor([worst])
@@ -96,7 +99,8 @@ def check_plans(jobs: list[tuple[Plan, ModelFactory, dict[str, Any]]], steps: in
     """Run each (plan, model factory, options) job on local workers; options carry seq_len,
     vocab_size and optionally lr and optimizer (default AdamW, lr 1e-4: a large step lets
     Adam turn rounding-level gradient differences near zero into ±lr weight differences) and
-    loss_scale (the fp16 loss-scaling path, exercised in fp32: a power-of-two scale is exact).
+    loss_scale (the fp16 loss-scaling path, exercised in fp32: a power-of-two scale is exact)
+    and max_grad_norm (global-norm clipping; the reference uses clip_grad_norm_).
 
     One launch per plan: re-initialising the default group inside one process and building a
     DTensor mesh again over the same ranks hung (torch 2.13, gloo), and forked workers start

@@ -16,7 +16,7 @@ import torch.distributed as dist
 from planner.errors import HetplanError
 from planner.plan.schema import Plan
 from planner.runtime.comm import Channel, MessageId, make_groups
-from planner.runtime.grads import sync_gradients, sync_rules
+from planner.runtime.grads import clip_grad_norm, sync_gradients, sync_rules
 from planner.runtime.scaler import LossScaler
 from planner.runtime.schedule import Action, pipeline_actions
 from planner.runtime.stage import (
@@ -88,14 +88,16 @@ class Runner:
     def __init__(self, plan: Plan, rank: int, to_torch: dict[int, int], model: Any,
                  device: torch.device, *, optimizer: str = "adamw", lr: float = 1e-3,
                  autocast: torch.dtype | None = None, layout: ParamLayout | None = None,
-                 loss_scale: float | None = None) -> None:
+                 loss_scale: float | None = None, max_grad_norm: float | None = None) -> None:
         """`autocast`: compute dtype for forward (weights, gradients, optimizer stay fp32).
         `layout`: the whole model's parameter keys and ties when `model` is partly replaced
         (build_for_rank); by default read from `model`. `loss_scale`: initial scale of
-        dynamic loss scaling (fp16); None for none."""
+        dynamic loss scaling (fp16); None for none. `max_grad_norm`: clip the global
+        gradient norm to this (as torch.nn.utils.clip_grad_norm_ on the whole model)."""
         self.plan, self.rank, self.device = plan, rank, device
         self.autocast = autocast
         self.scaler = LossScaler(loss_scale) if loss_scale else None
+        self.max_grad_norm = max_grad_norm
         self.view = view = rank_view(plan, rank)
         chain = chain_of(model)
         self.loss_fn = loss_of(model)
@@ -229,6 +231,9 @@ class Runner:
         if self.scaler is not None and not self.scaler.unscale_or_skip(
                 [p.grad for _, p in self.params], self.device):
             return float(loss)
+        if self.max_grad_norm is not None:
+            clip_grad_norm(self.params, self.rules, self.rank, self.view.tp_index,
+                           self.max_grad_norm, self.device)
         if before_update is not None:
             before_update(self)
         self.optimizer.step()

@@ -25,7 +25,7 @@ from planner.plan.schema import Plan
 from planner.runtime.stage import ParamKey
 from planner.runtime.topology import element_holders
 
-__all__ = ["SyncRule", "sync_gradients", "sync_rules"]
+__all__ = ["SyncRule", "clip_grad_norm", "sync_gradients", "sync_rules"]
 
 
 @dataclass(frozen=True)
@@ -99,3 +99,29 @@ def sync_gradients(params: list[tuple[ParamKey, torch.nn.Parameter]],
             else:
                 p.grad = distribute_tensor(piece, p.grad.device_mesh, p.grad.placements,
                                            src_data_rank=None)
+
+
+@torch.no_grad()
+def clip_grad_norm(params: list[tuple[ParamKey, torch.nn.Parameter]],
+                   rules: dict[ParamKey, SyncRule], rank: int, tp_index: int,
+                   max_norm: float, device: torch.device) -> float:
+    """Clip by the global norm of the model's gradient (after sync); returns the norm.
+
+    Every parameter counts once: only its first holder group adds it, with each TP rank
+    adding its shard of a sharded tensor and TP rank 0 alone adding a replicated one.
+    """
+    total = torch.zeros((), dtype=torch.float64, device=device)
+    for key, p in params:
+        if rank not in rules[key].holders[0]:
+            continue
+        g = p.grad
+        sharded = isinstance(g, DTensor) and any(pl.is_shard() for pl in g.placements)
+        if sharded or tp_index == 0:
+            total += _local(g).double().pow(2).sum()
+    dist.all_reduce(total)
+    norm = float(total.sqrt())
+    coef = max_norm / (norm + 1e-6)
+    if coef < 1.0:
+        for _, p in params:
+            _local(p.grad).mul_(coef)
+    return norm

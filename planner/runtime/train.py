@@ -109,6 +109,7 @@ def _batches(plan: Plan, data_loader: Any, seed: int) -> Callable[[int], Batch]:
 
 def train(plan: Plan, *, steps: int, model_factory: Callable[[], Any] | None = None,
           data_loader: Any = None, lr: float = 1e-4, optimizer: str = "adamw", seed: int = 0,
+          max_grad_norm: float | None = None,
           log: Callable[[str], None] | None = print) -> TrainStats:
     """Train `steps` iterations of `plan` on this rank; call on every rank.
 
@@ -129,7 +130,8 @@ def train(plan: Plan, *, steps: int, model_factory: Callable[[], Any] | None = N
             log(f"note: {note}")
     runner = Runner(plan, plan_rank, to_torch, model, device, optimizer=optimizer, lr=lr,
                     autocast=autocast, layout=layout,
-                    loss_scale=2.0**16 if autocast == torch.float16 else None)
+                    loss_scale=2.0**16 if autocast == torch.float16 else None,
+                    max_grad_norm=max_grad_norm)
     notes += runner.notes
     if log is not None and dist.get_rank() == 0:
         for note in runner.notes:
