@@ -158,7 +158,8 @@ def _check_structure(plan: Plan) -> None:
                                  f"expected {cursor} (stages must cover the layers in order)")
             cursor = st.layers[1]
         if cursor != n_layers:
-            raise ValueError(f"{where}: stages end at layer {cursor}, pipeline 0 ends at {n_layers}")
+            raise ValueError(f"{where}: stages end at layer {cursor}, "
+                             f"pipeline 0 ends at {n_layers}")
         if len(pipe.stages) % v:
             raise ValueError(f"{where}: {len(pipe.stages)} chunks do not divide into "
                              f"{v} virtual stages")
