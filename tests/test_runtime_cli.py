@@ -15,7 +15,7 @@ from planner.errors import HetplanError
 from planner.estimate import megatron_plan
 from planner.graph import load_model
 from planner.graph.load_spec import load_model_spec
-from planner.runtime.dryrun import shrink_plan, tiny_spec
+from planner.runtime.dry_run import shrink_plan, tiny_spec
 from tests.runtime_plans import make_plan, stage
 
 

@@ -93,7 +93,7 @@ def test_gpipe_identical_pipelines_sharded_dp_zero1() -> None:
 
 def _spec_worker(rank: int, world: int, store_dir: str, plan_dict: dict) -> list[float]:
     from planner.plan.schema import Plan
-    from planner.runtime.train import train
+    from planner.runtime.training import train
 
     init_world(store_dir, "pg", rank, world)
     return list(train(Plan.from_dict(plan_dict), steps=2, lr=1e-3, log=None).losses)
@@ -162,7 +162,7 @@ def _user_batch(step: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 def _train_worker(rank: int, world: int, store_dir: str, plan_dict: dict) -> list[float]:
     from planner.plan.schema import Plan
-    from planner.runtime.train import train
+    from planner.runtime.training import train
 
     init_world(store_dir, "pg", rank, world)
     stats = train(Plan.from_dict(plan_dict), steps=3, model_factory=_UserModel,
@@ -195,7 +195,7 @@ def test_user_module_with_train_api_and_data_loader() -> None:
 def _wrong_world_worker(rank: int, world: int, store_dir: str, plan_dict: dict) -> str:
     from planner.errors import HetplanError
     from planner.plan.schema import Plan
-    from planner.runtime.train import train
+    from planner.runtime.training import train
 
     init_world(store_dir, "pg", rank, world)
     try:

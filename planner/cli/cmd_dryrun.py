@@ -30,8 +30,8 @@ def dryrun(
 ) -> None:
     """Run a plan on this CPU (gloo, tiny width) and check it against a one-process reference."""
     from planner.plan import Plan
-    from planner.runtime.dryrun import TOLERANCE
-    from planner.runtime.dryrun import dryrun as run_dryrun
+    from planner.runtime.dry_run import TOLERANCE
+    from planner.runtime.dry_run import dryrun as run_dryrun
 
     plan = Plan.load(plan_file)
     res = run_dryrun(plan, steps=steps, max_ranks=max_ranks)

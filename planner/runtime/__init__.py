@@ -7,8 +7,8 @@ The only package in planner/ that imports torch.distributed. Imports are lazy so
     stats = train(plan, steps=10)            # on every rank, under torchrun
 
 Modules: topology (plan → per-rank view), schedule (action lists), comm (groups, p2p),
-stage (model protocol, TP, recompute), grads (DP / tied sync), engine (Runner), train,
-build (spec → this rank's layers), check/local (gloo workers vs reference), dryrun, launch.
+stage (model protocol, TP, recompute), grads (DP / tied sync), engine (Runner), training,
+build (spec → this rank's layers), check/local (gloo workers vs reference), dry_run, launch.
 """
 
 from __future__ import annotations
@@ -27,12 +27,12 @@ __all__ = [
 ]
 
 _WHERE = {
-    "DryrunResult": "planner.runtime.dryrun",
+    "DryrunResult": "planner.runtime.dry_run",
     "Runner": "planner.runtime.engine",
-    "TrainStats": "planner.runtime.train",
-    "dryrun": "planner.runtime.dryrun",
+    "TrainStats": "planner.runtime.training",
+    "dryrun": "planner.runtime.dry_run",
     "node_scripts": "planner.runtime.launch",
-    "train": "planner.runtime.train",
+    "train": "planner.runtime.training",
     "write_scripts": "planner.runtime.launch",
 }
 

@@ -22,7 +22,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-grad-norm", type=float, default=None,
                         help="clip the global gradient norm (default: no clipping)")
     args = parser.parse_args(argv)
-    from planner.runtime.train import train
+    from planner.runtime.training import train
 
     try:
         plan = Plan.load(args.plan)

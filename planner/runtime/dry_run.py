@@ -121,7 +121,7 @@ def dryrun(plan: Plan, *, steps: int = 3, max_ranks: int = 16,
 
     if plan.model is None:
         raise HetplanError("the plan carries no model spec; dryrun needs one")
-    from planner.runtime.train import runtime_notes
+    from planner.runtime.training import runtime_notes
 
     small, notes = shrink_plan(plan, max_ranks)
     notes += [n for n in runtime_notes(plan, torch.device("cpu"))[0]
