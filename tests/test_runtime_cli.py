@@ -16,7 +16,7 @@ from planner.estimate import megatron_plan
 from planner.graph import load_model
 from planner.graph.load_spec import load_model_spec
 from planner.runtime.dry_run import shrink_plan, tiny_spec
-from tests.runtime_plans import make_plan, stage
+from tests.test_runtime_plans import make_plan, stage
 
 
 def _run(argv: list[str], capsys) -> tuple[int, str, str]:

@@ -19,7 +19,7 @@ from planner.graph.load_spec import load_model_spec
 from planner.models import build_model, loss_fn
 from planner.runtime.check import CheckResult, check_plans
 from planner.runtime.local import init_world, run_local
-from tests.runtime_plans import make_plan, stage
+from tests.test_runtime_plans import make_plan, stage
 
 TOL = 1e-5
 

@@ -14,7 +14,7 @@ from planner.runtime.topology import (
     rank_view,
     torch_rank_map,
 )
-from tests.runtime_plans import make_plan, stage
+from tests.test_runtime_plans import make_plan, stage
 
 
 def _in_flight(actions: list[tuple[str, int, int]]) -> int:
