@@ -16,10 +16,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from planner.cli.cmd_validate import validate  # noqa: E402
 from planner.cluster import load_cluster  # noqa: E402
-from planner.estimate import estimate, megatron_plan  # noqa: E402
+from planner.costing import estimate, megatron_plan  # noqa: E402
 from planner.graph import load_model  # noqa: E402
 
-est_module = importlib.import_module("planner.estimate.estimate")
+est_module = importlib.import_module("planner.costing.estimate")
 
 
 def time_estimates() -> None:

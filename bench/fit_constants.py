@@ -29,11 +29,11 @@ from cost_models import efficiency  # noqa: E402
 from cost_models.catalog import get_gpu  # noqa: E402
 from cost_models.compute import matmul_dtype  # noqa: E402
 from cost_models.profiles import ProfileSet  # noqa: E402
-from planner.estimate.validation.common import graph_for  # noqa: E402
+from planner.costing.validation.common import graph_for  # noqa: E402
 
 MODELS = {"OPT-350": "opt-350m", "GPT-Neo-2.7": "gpt-neo-2.7b"}
 NONE = ProfileSet()
-sc = importlib.import_module("planner.estimate.stage_cost")
+sc = importlib.import_module("planner.costing.stage_cost")
 
 
 def samples(data: Path) -> list[tuple[str, str, object, int, int, float, float]]:
@@ -113,7 +113,7 @@ def main() -> None:
         print(f"kernel {ks * 1e6:4.0f} us: rms {math.sqrt(total / n):.3f} | {line}")
 
 def sweep_large(gen: str, effs: list[float]) -> None:
-    from planner.estimate.validation.large_runs import large_run_reports
+    from planner.costing.validation.large_runs import large_run_reports
 
     data = Path(__file__).resolve().parents[2] / "shared" / "data"
     for eff in effs:

@@ -7,7 +7,7 @@ same work costs when each chain is one kernel. Frameworks built on fused kernels
 Transformer Engine / Megatron-core: `LayerNormLinear` fuses the norm into the GEMM's input
 cast, fused RoPE, fused SwiGLU / bias-GeLU, fused bias-dropout-add) move only each chain's
 inputs and outputs once. `fused_block_bytes_per_token` counts exactly that; the estimate scales
-the graph's eager traffic down to it for such frameworks (`planner.estimate.Framework`).
+the graph's eager traffic down to it for such frameworks (`planner.costing.Framework`).
 """
 
 from __future__ import annotations

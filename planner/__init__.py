@@ -26,8 +26,8 @@ __all__ = [
 
 _WHERE = {
     "HetplanError": "planner.errors",
-    "Plan": "planner.plan",
-    "estimate": "planner.estimate",
+    "Plan": "planner.schema",
+    "estimate": "planner.costing",
     "from_module": "planner.graph",
     "load_cluster": "planner.cluster",
     "load_model": "planner.graph",
@@ -37,5 +37,7 @@ _WHERE = {
 
 def __getattr__(name: str) -> Any:
     if name in _WHERE:
-        return getattr(importlib.import_module(_WHERE[name]), name)
+        value = getattr(importlib.import_module(_WHERE[name]), name)
+        globals()[name] = value  # later look-ups skip __getattr__
+        return value
     raise AttributeError(f"module 'planner' has no attribute {name!r}")

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from planner.estimate.validation import default_data_dir, run_all
-from planner.estimate.validation.common import FileReport
+from planner.costing.validation import default_data_dir, run_all
+from planner.costing.validation.common import FileReport
 
 DATA = default_data_dir()
 pytestmark = pytest.mark.skipif(not (DATA / "amp_measured_plans.csv").exists(),

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from planner.cluster import load_cluster
+from planner.costing import estimate, megatron_plan
 from planner.errors import HetplanError
-from planner.estimate import estimate, megatron_plan
 from planner.report.compare import CompareRow, gpus_used, parse_tokens, plan_row, rank_rows
 from tests.test_cost_fixtures import gpt_graph
 

@@ -8,7 +8,7 @@ import warnings
 import pytest
 
 from planner.cluster import cluster_from_dict, load_cluster
-from planner.estimate import estimate
+from planner.costing import estimate
 from planner.graph import load_model
 from planner.report.scenario import edit_cluster
 from planner.search import plan

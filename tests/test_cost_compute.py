@@ -10,7 +10,7 @@ from cost_models.efficiency import GEMM_DIM_HALF, LINK_EFFICIENCY, LINK_LATENCY_
 from cost_models.efficiency import compute_constants as cc
 from cost_models.gpu import GpuSpec
 from cost_models.profiles import ProfileSet
-from planner.estimate.stage_cost import layer_cost_table, stage_cost
+from planner.costing.stage_cost import layer_cost_table, stage_cost
 from tests.test_cost_fixtures import gpt_graph, gpu
 
 NONE = ProfileSet()

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from cost_models.profiles import ProfileRow, ProfileSet, default_profiles, read_profile_csv
-from planner.estimate.stage_cost import stage_cost
+from planner.costing.stage_cost import stage_cost
 from tests.test_cost_fixtures import gpt_graph, gpu
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"

@@ -10,9 +10,9 @@ from cost_models.comm import Link, ring_allreduce_s
 from cost_models.efficiency import LINK_EFFICIENCY
 from cost_models.memory import FRAMEWORK_OVERHEAD_GIB
 from cost_models.profiles import ProfileSet
+from planner.costing import estimate, megatron_plan, stage_cost, with_prediction
 from planner.errors import HetplanError
-from planner.estimate import estimate, megatron_plan, stage_cost, with_prediction
-from planner.plan.schema import Plan
+from planner.schema import Plan
 from tests.test_cost_fixtures import cluster, gpt_graph, gpu
 
 NONE = ProfileSet()

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from planner.cli.main import main
+from planner.costing import megatron_plan
 from planner.errors import HetplanError
-from planner.estimate import megatron_plan
 from planner.graph import load_model
 from planner.graph.load_spec import load_model_spec
 from planner.runtime.dry_run import shrink_plan, tiny_spec

@@ -92,8 +92,8 @@ def test_gpipe_identical_pipelines_sharded_dp_zero1() -> None:
 
 
 def _spec_worker(rank: int, world: int, store_dir: str, plan_dict: dict) -> list[float]:
-    from planner.plan.schema import Plan
     from planner.runtime.training import train
+    from planner.schema import Plan
 
     init_world(store_dir, "pg", rank, world)
     return list(train(Plan.from_dict(plan_dict), steps=2, lr=1e-3, log=None).losses)
@@ -161,8 +161,8 @@ def _user_batch(step: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def _train_worker(rank: int, world: int, store_dir: str, plan_dict: dict) -> list[float]:
-    from planner.plan.schema import Plan
     from planner.runtime.training import train
+    from planner.schema import Plan
 
     init_world(store_dir, "pg", rank, world)
     stats = train(Plan.from_dict(plan_dict), steps=3, model_factory=_UserModel,
@@ -194,8 +194,8 @@ def test_user_module_with_train_api_and_data_loader() -> None:
 
 def _wrong_world_worker(rank: int, world: int, store_dir: str, plan_dict: dict) -> str:
     from planner.errors import HetplanError
-    from planner.plan.schema import Plan
     from planner.runtime.training import train
+    from planner.schema import Plan
 
     init_world(store_dir, "pg", rank, world)
     try:

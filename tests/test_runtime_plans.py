@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from planner.plan.schema import Plan
+from planner.schema import Plan
 
 __all__ = ["make_plan", "stage"]
 

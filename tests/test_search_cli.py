@@ -8,8 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from planner.estimate.estimate import estimate
-from planner.plan.schema import Plan
+from planner.costing.estimate import estimate
+from planner.schema import Plan
 
 ROOT = Path(__file__).resolve().parents[1]
 

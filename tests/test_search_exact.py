@@ -21,11 +21,11 @@ from hypothesis import strategies as st
 
 from cost_models.memory import FRAMEWORK_OVERHEAD_GIB, GIB
 from planner.cluster import cluster_from_dict
+from planner.costing.estimate import estimate
 from planner.errors import InfeasibleError
-from planner.estimate.estimate import estimate
 from planner.graph.extract import extract
 from planner.graph.spec import ModelSpec
-from planner.plan.schema import Plan
+from planner.schema import Plan
 from planner.search import plan
 
 RECOMPUTE = ("none", "selective", "full")

@@ -15,11 +15,11 @@ import json
 import pytest
 
 from planner.cluster import cluster_from_dict, load_cluster
+from planner.costing import megatron_plan
+from planner.costing.estimate import estimate
 from planner.errors import InfeasibleError
-from planner.estimate import megatron_plan
-from planner.estimate.estimate import estimate
 from planner.graph import load_model
-from planner.plan.schema import Plan
+from planner.schema import Plan
 from planner.search import plan
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from planner.cli.main import main
 from planner.cluster import load_cluster
-from planner.estimate import estimate, megatron_plan
+from planner.costing import estimate, megatron_plan
 from planner.graph import load_model
 
 

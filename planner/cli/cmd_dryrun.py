@@ -29,9 +29,9 @@ def dryrun(
     json_out: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
     """Run a plan on this CPU (gloo, tiny width) and check it against a one-process reference."""
-    from planner.plan import Plan
     from planner.runtime.dry_run import TOLERANCE
     from planner.runtime.dry_run import dryrun as run_dryrun
+    from planner.schema import Plan
 
     plan = Plan.load(plan_file)
     res = run_dryrun(plan, steps=steps, max_ranks=max_ranks)

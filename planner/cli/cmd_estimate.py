@@ -33,7 +33,7 @@ def _layers(text: str | None) -> list[int] | None:
 
 def _from_flags(model_arg: str, cluster_arg: str, opts: dict[str, Any]) -> tuple[Any, Any, Any]:
     from planner.cluster import load_cluster
-    from planner.estimate import megatron_plan
+    from planner.costing import megatron_plan
     from planner.graph import load_model
 
     model = load_model(model_arg)
@@ -98,8 +98,8 @@ def estimate(
 ) -> None:
     """Predict iteration time, throughput, MFU, $ and per-stage memory of a given plan."""
     from cost_models.profiles import ProfileSet
-    from planner.estimate import estimate as run_estimate
-    from planner.plan import Plan
+    from planner.costing import estimate as run_estimate
+    from planner.schema import Plan
 
     if recompute not in ("none", "selective", "full"):
         raise HetplanError(f"--recompute {recompute!r}: use none, selective or full")

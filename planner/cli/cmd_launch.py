@@ -22,8 +22,8 @@ def launch(
     json_out: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
     """Write one torchrun script per node (and ranks.tsv) for a plan."""
-    from planner.plan import Plan
     from planner.runtime.launch import node_scripts, write_scripts
+    from planner.schema import Plan
 
     plan = Plan.load(plan_file)
     write_scripts(plan, out_dir)

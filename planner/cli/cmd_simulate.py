@@ -26,10 +26,10 @@ def simulate_plan(plan_path: str | Path) -> tuple[Any, Any, tuple[Any, ...]]:
     from pydantic import ValidationError
 
     from planner.cluster import cluster_from_dict
-    from planner.estimate import estimate
+    from planner.costing import estimate
     from planner.graph import load_model
     from planner.graph.spec import ModelSpec, spec_error_from_validation
-    from planner.plan import Plan
+    from planner.schema import Plan
     from planner.simulate import with_events
 
     plan = Plan.load(plan_path)

@@ -35,7 +35,7 @@ def validate(
     json_out: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
     """Accuracy of `estimate` on public measurements: MAPE, Spearman, top-1 regret per file."""
-    from planner.estimate.validation import default_data_dir, run_all
+    from planner.costing.validation import default_data_dir, run_all
 
     folder = data_dir or default_data_dir()
     if not folder.is_dir():

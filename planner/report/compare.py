@@ -12,7 +12,7 @@ from typing import Any
 
 from planner.cluster.model import Cluster
 from planner.errors import HetplanError, InfeasibleError
-from planner.plan.schema import Plan
+from planner.schema import Plan
 
 __all__ = ["CompareRow", "best_row", "compare", "gpus_used", "parse_tokens", "plan_row",
            "rank_rows"]
@@ -93,7 +93,7 @@ def _cluster_price(cluster: Cluster) -> float | None:
 
 def plan_row(name: str, cluster: Cluster, plan: Plan, est: Any,
              tokens: float | None = None) -> CompareRow:
-    """The row for a plan and its Estimate (`planner.estimate.Estimate`)."""
+    """The row for a plan and its Estimate (`planner.costing.Estimate`)."""
     tps = est.tokens_per_s
     time_s = tokens / tps if tokens and tps > 0 else None
     cost = (time_s / 3600.0 * est.usd_per_hour
@@ -124,7 +124,7 @@ def plan_row(name: str, cluster: Cluster, plan: Plan, est: Any,
 def best_row(model: Any, name: str, cluster: Cluster, *, global_batch_size: int | None = None,
              tokens: float | None = None, objective: str = "throughput") -> CompareRow:
     """Search the best plan on one cluster and estimate it; infeasible becomes a row too."""
-    from planner.estimate import estimate
+    from planner.costing import estimate
     from planner.search import plan as search_plan
 
     kwargs: dict[str, Any] = {"objective": objective, "top_k": 1}

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from planner.plan.schema import Plan
+from planner.schema import Plan
 from planner.simulate import Timeline
 
 __all__ = ["stage_labels", "stage_layout", "timeline_to_dict"]

@@ -8,7 +8,7 @@ import sys
 import torch.distributed as dist
 
 from planner.errors import HetplanError
-from planner.plan.schema import Plan
+from planner.schema import Plan
 
 
 def main(argv: list[str] | None = None) -> int:

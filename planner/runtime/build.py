@@ -14,9 +14,9 @@ import torch
 
 from planner.graph.spec import ModelSpec
 from planner.models import build_element, build_model
-from planner.plan.schema import Plan
 from planner.runtime.stage import ParamLayout, param_keys
 from planner.runtime.topology import rank_view
+from planner.schema import Plan
 
 __all__ = ["build_for_rank", "spec_of"]
 

@@ -17,11 +17,11 @@ import torch
 import torch.distributed as dist
 from torch.distributed.tensor import DTensor
 
-from planner.plan.schema import Plan
 from planner.runtime.data import synthetic_batch
 from planner.runtime.engine import Runner, make_optimizer
 from planner.runtime.local import init_world, run_local
 from planner.runtime.stage import chain_of, loss_of
+from planner.schema import Plan
 
 __all__ = ["CheckResult", "check_plans"]
 

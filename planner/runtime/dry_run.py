@@ -21,7 +21,7 @@ import torch
 
 from planner.errors import HetplanError
 from planner.graph.spec import ModelSpec
-from planner.plan.schema import Plan
+from planner.schema import Plan
 
 __all__ = ["DryrunResult", "dryrun", "shrink_plan", "tiny_spec"]
 

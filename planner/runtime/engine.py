@@ -14,7 +14,6 @@ import torch
 import torch.distributed as dist
 
 from planner.errors import HetplanError
-from planner.plan.schema import Plan
 from planner.runtime.comm import Channel, MessageId, make_groups
 from planner.runtime.grads import clip_grad_norm, sync_gradients, sync_rules
 from planner.runtime.scaler import LossScaler
@@ -38,6 +37,7 @@ from planner.runtime.topology import (
     tp_groups,
 )
 from planner.runtime.zero import broadcast_updates, partition
+from planner.schema import Plan
 
 __all__ = ["Runner", "make_optimizer"]
 

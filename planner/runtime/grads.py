@@ -21,9 +21,9 @@ import torch
 import torch.distributed as dist
 from torch.distributed.tensor import DTensor, distribute_tensor
 
-from planner.plan.schema import Plan
 from planner.runtime.stage import ParamKey
 from planner.runtime.topology import element_holders
+from planner.schema import Plan
 
 __all__ = ["SyncRule", "clip_grad_norm", "sync_gradients", "sync_rules"]
 

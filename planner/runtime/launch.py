@@ -14,8 +14,8 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
-from planner.plan.schema import Plan
 from planner.runtime.topology import node_order, torch_rank_map
+from planner.schema import Plan
 
 __all__ = ["NodeScript", "node_scripts", "write_scripts"]
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from planner.errors import HetplanError
-from planner.plan.schema import Plan
+from planner.schema import Plan
 
 __all__ = [
     "Chunk",

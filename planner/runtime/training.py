@@ -14,11 +14,11 @@ import torch
 import torch.distributed as dist
 
 from planner.errors import HetplanError
-from planner.plan.schema import Plan
 from planner.runtime.build import build_for_rank, spec_of
 from planner.runtime.data import synthetic_batch
 from planner.runtime.engine import Runner
 from planner.runtime.topology import torch_rank_map
+from planner.schema import Plan
 
 __all__ = ["TrainStats", "runtime_notes", "setup_rank", "train"]
 

@@ -13,11 +13,11 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from cost_models.profiles import ProfileSet
+from planner.costing.estimate import estimate, with_prediction
+from planner.costing.resolve import resolve_cluster, resolve_model
+from planner.costing.result import Estimate
 from planner.errors import HetplanError
-from planner.estimate.estimate import estimate, with_prediction
-from planner.estimate.resolve import resolve_cluster, resolve_model
-from planner.estimate.result import Estimate
-from planner.plan.schema import Plan
+from planner.schema import Plan
 from planner.search.engine import (
     _COST_ALL_BELOW,
     _COST_TOP,

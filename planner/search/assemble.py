@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from planner.cluster.model import Cluster
-from planner.plan.schema import Pipeline, Plan, RankInfo, Stage
+from planner.schema import Pipeline, Plan, RankInfo, Stage
 from planner.search.partition import Template
 from planner.search.tables import RECOMPUTE
 

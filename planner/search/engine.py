@@ -21,10 +21,10 @@ from typing import Any
 from cost_models.memory import GIB, optimizer_bytes_per_param, state_bytes_per_param
 from cost_models.profiles import ProfileSet
 from planner.cluster.model import Cluster
+from planner.costing.estimate import estimate
+from planner.costing.result import Estimate
 from planner.errors import HetplanError
-from planner.estimate.estimate import estimate
-from planner.estimate.result import Estimate
-from planner.plan.schema import Plan
+from planner.schema import Plan
 from planner.search.assemble import PLACEMENTS, PipelineClass, build_plan
 from planner.search.bounds import layer_bound
 from planner.search.hetero import heterogeneous_plans, shortlist

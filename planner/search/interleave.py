@@ -11,7 +11,7 @@ Only plans whose every pipeline has a micro-batch count divisible by its stage c
 
 from __future__ import annotations
 
-from planner.plan.schema import Pipeline, Plan, Stage
+from planner.schema import Pipeline, Plan, Stage
 
 __all__ = ["interleaved_variant"]
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from planner.estimate.result import Estimate
-from planner.plan.schema import Plan
+from planner.costing.result import Estimate
+from planner.schema import Plan
 
 __all__ = ["SearchResult", "SearchStats"]
 

@@ -15,8 +15,8 @@ import numpy as np
 from cost_models.memory import FRAMEWORK_OVERHEAD_GIB, GIB
 from cost_models.profiles import ProfileSet
 from planner.cluster.model import Cluster, Node, NodeGroup
-from planner.estimate.links import intra_link, nic_link, p2p_time_s
-from planner.estimate.stage_cost import layer_cost_table
+from planner.costing.links import intra_link, nic_link, p2p_time_s
+from planner.costing.stage_cost import layer_cost_table
 from planner.graph.layers import LayerGraph
 
 __all__ = ["RECOMPUTE", "OptionCosts", "option_costs", "tp_degrees"]

@@ -28,7 +28,7 @@ from cost_models.memory import (
     state_bytes_per_param,
 )
 from cost_models.profiles import ProfileSet, default_profiles
-from planner.estimate.framework import DEFAULT_FRAMEWORK, Framework
+from planner.costing.framework import DEFAULT_FRAMEWORK, Framework
 from planner.graph.layers import Layer, LayerGraph
 
 __all__ = ["LayerCostTable", "StageCost", "layer_cost_table", "stage_cost",
@@ -252,7 +252,7 @@ def stage_cost(graph: LayerGraph, start: int, end: int, gpu: GpuSpec, tp: int, m
     `intra_node_gb_per_s` / `intra_node_link` describe the TP group's link (default: the GPU's
     usual one); `profiles` defaults to the shipped profile files (pass `ProfileSet()` for the
     analytic model alone); `framework` describes the executing framework (default: hetplan's
-    runtime, see `planner.estimate.framework`).
+    runtime, see `planner.costing.framework`).
     """
     return layer_cost_table(
         graph, gpu, tp, micro_batch, recompute, precision=precision,

@@ -22,14 +22,14 @@ from cost_models.compute import peak_tflops
 from cost_models.memory import GRAD_REDUCE_BYTES, inflight_microbatches
 from cost_models.profiles import ProfileSet
 from planner.cluster.model import Cluster, Node
+from planner.costing.framework import DEFAULT_FRAMEWORK, Framework
+from planner.costing.links import p2p_time_s, ring_time_s
+from planner.costing.resolve import resolve_cluster, resolve_model
+from planner.costing.result import Estimate, StageEstimate
+from planner.costing.stage_cost import StageCost, stage_cost, stage_peak_memory_gib
 from planner.errors import SpecError
-from planner.estimate.framework import DEFAULT_FRAMEWORK, Framework
-from planner.estimate.links import p2p_time_s, ring_time_s
-from planner.estimate.resolve import resolve_cluster, resolve_model
-from planner.estimate.result import Estimate, StageEstimate
-from planner.estimate.stage_cost import StageCost, stage_cost, stage_peak_memory_gib
 from planner.graph.layers import LayerGraph
-from planner.plan.schema import Plan
+from planner.schema import Plan
 from planner.simulate import StageTiming, simulate
 
 __all__ = ["GRAD_REDUCE_BYTES", "estimate", "with_prediction"]
@@ -56,7 +56,7 @@ def estimate(model: Any, cluster: Cluster | None, plan: Plan, *,
     (forward and backward: FSDP and Megatron's distributed optimizer gather parameters during
     the forward and reduce gradients during the backward) instead of running it after the
     flush. `framework` describes the executing framework where it changes the cost (default:
-    hetplan's runtime; `planner.estimate.framework`).
+    hetplan's runtime; `planner.costing.framework`).
     """
     graph, spec_precision = resolve_model(model, plan)
     precision = precision or spec_precision

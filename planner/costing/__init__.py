@@ -4,11 +4,11 @@
 `megatron_plan` builds the plan a Megatron-style config describes.
 """
 
-from planner.estimate.estimate import estimate, with_prediction
-from planner.estimate.framework import DEFAULT_FRAMEWORK, Framework
-from planner.estimate.megatron import megatron_plan
-from planner.estimate.result import Estimate, StageEstimate
-from planner.estimate.stage_cost import (
+from planner.costing.estimate import estimate, with_prediction
+from planner.costing.framework import DEFAULT_FRAMEWORK, Framework
+from planner.costing.megatron import megatron_plan
+from planner.costing.result import Estimate, StageEstimate
+from planner.costing.stage_cost import (
     LayerCostTable,
     StageCost,
     layer_cost_table,

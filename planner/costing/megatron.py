@@ -11,9 +11,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from planner.cluster.model import Cluster
+from planner.costing.resolve import resolve_model
 from planner.errors import HetplanError, SpecError
-from planner.estimate.resolve import resolve_model
-from planner.plan.schema import Pipeline, Plan, RankInfo, Stage
+from planner.schema import Pipeline, Plan, RankInfo, Stage
 
 __all__ = ["even_split", "megatron_plan"]
 

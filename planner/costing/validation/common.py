@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
-from planner.estimate.validation.metrics import mape, spearman, top1_regret
+from planner.costing.validation.metrics import mape, spearman, top1_regret
 from planner.graph.layers import LayerGraph
 
 __all__ = ["FileReport", "Row", "graph_for", "summarise"]

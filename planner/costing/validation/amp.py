@@ -20,10 +20,10 @@ from pathlib import Path
 
 from cost_models.profiles import ProfileSet
 from planner.cluster import load_cluster
+from planner.costing.estimate import estimate
+from planner.costing.megatron import megatron_plan
+from planner.costing.validation.common import FileReport, Row, graph_for, summarise
 from planner.errors import HetplanError
-from planner.estimate.estimate import estimate
-from planner.estimate.megatron import megatron_plan
-from planner.estimate.validation.common import FileReport, Row, graph_for, summarise
 
 __all__ = ["amp_reports", "unit_boundary_to_chain"]
 

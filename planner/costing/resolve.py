@@ -8,7 +8,7 @@ from typing import Any
 from planner.cluster.model import Cluster
 from planner.errors import SpecError
 from planner.graph.layers import LayerGraph
-from planner.plan.schema import Plan
+from planner.schema import Plan
 
 __all__ = ["resolve_cluster", "resolve_model"]
 

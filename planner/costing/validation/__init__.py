@@ -10,10 +10,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from cost_models.profiles import ProfileSet, default_profiles
-from planner.estimate.validation.amp import amp_reports
-from planner.estimate.validation.common import FileReport, Row
-from planner.estimate.validation.large_runs import large_run_reports
-from planner.estimate.validation.sailor import sailor_reports
+from planner.costing.validation.amp import amp_reports
+from planner.costing.validation.common import FileReport, Row
+from planner.costing.validation.large_runs import large_run_reports
+from planner.costing.validation.sailor import sailor_reports
 
 __all__ = ["FileReport", "Row", "default_data_dir", "run_all"]
 

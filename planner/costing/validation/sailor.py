@@ -20,10 +20,10 @@ from pathlib import Path
 
 from cost_models.profiles import ProfileSet
 from planner.cluster import cluster_from_dict, load_cluster
+from planner.costing.estimate import estimate
+from planner.costing.validation.common import FileReport, Row, graph_for, summarise
 from planner.errors import HetplanError
-from planner.estimate.estimate import estimate
-from planner.estimate.validation.common import FileReport, Row, graph_for, summarise
-from planner.plan.schema import Plan
+from planner.schema import Plan
 
 __all__ = ["sailor_reports"]
 

@@ -11,7 +11,7 @@ throughput per GPU (tokens/s, or model TFLOP/s where that is what was published)
 Counted in the throughput metric: plain bf16 rows. Reported but not counted: torch.compile and
 float8 variants (kernel fusion and fp8 scaling are not modelled) and context parallelism.
 
-Framework properties (`planner.estimate.Framework`), each a property of the framework that made
+Framework properties (`planner.costing.Framework`), each a property of the framework that made
 the measurement, not a fitted constant:
 - torchtitan's selective checkpointing is not Megatron's. `selective op` saves the outputs of
   matmuls and SDPA "except every second mm" (torchtitan `_custom_policy`, counted per block:
@@ -39,11 +39,11 @@ from cost_models.fusion import fused_traffic_ratio
 from cost_models.gpu import GpuSpec
 from cost_models.profiles import ProfileSet
 from planner.cluster.model import Cluster, NodeGroup
+from planner.costing.estimate import estimate
+from planner.costing.framework import DEEPSPEED_PIPELINE, DEFAULT_FRAMEWORK, Framework
+from planner.costing.megatron import megatron_plan
+from planner.costing.validation.common import FileReport, Row, graph_for, summarise
 from planner.errors import HetplanError
-from planner.estimate.estimate import estimate
-from planner.estimate.framework import DEEPSPEED_PIPELINE, DEFAULT_FRAMEWORK, Framework
-from planner.estimate.megatron import megatron_plan
-from planner.estimate.validation.common import FileReport, Row, graph_for, summarise
 
 __all__ = ["fused_framework", "large_run_reports", "torchtitan_framework"]
 
