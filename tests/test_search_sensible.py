@@ -99,6 +99,18 @@ def test_very_large_model_is_split_with_tp_inside_nodes_and_beats_megatron_grid(
     _check_valid(gpt3, cluster, result)
 
 
+def test_megatron_measured_best_layout_at_its_batch(gpt3):
+    """Narayanan et al. 2021 (Megatron-LM, SC'21), Fig. 13: a 162B GPT on 64 A100s at batch
+    32 runs best at TP 8 × PP 8 (TP = GPUs per node); TP 4 × PP 16 and wider pipelines lose
+    to the bubble. The planner picks TP 8 in every stage of one pipeline on 8 DGX nodes."""
+    cluster = load_cluster("dgx-a100")
+    result = plan(gpt3, cluster, global_batch_size=32)
+    stages = [s for p in result.best.pipelines for s in p.stages]
+    assert {s.tp for s in stages} == {8}
+    assert len(result.best.pipelines) == 1 and len(stages) == 8
+    _check_valid(gpt3, cluster, result)
+
+
 def test_fast_gpus_get_more_layers():
     """GPT-Neo 2.7B does not fit a 16 GB V100: pipelines mix A100-40GB and V100-16GB stages,
     and the A100 stages hold more layers per GPU."""

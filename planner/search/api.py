@@ -34,6 +34,7 @@ from planner.search.engine import (
 from planner.search.explain import explain_infeasible
 from planner.search.interleave import interleaved_variant
 from planner.search.result import SearchResult, SearchStats
+from planner.search.seeds import megatron_layouts
 
 __all__ = ["plan"]
 
@@ -111,6 +112,18 @@ def plan(model: Any, cluster: Any, *, global_batch_size: int | None = None,
             if budget_usd_per_hour is not None and (
                     est.usd_per_hour is None or est.usd_per_hour > budget_usd_per_hour + 1e-9):
                 continue
+            costed.append((search.rank_key(est, p), p, est))
+    for seed in megatron_layouts(graph, cluster, gbs, sizes, len(graph.layers)):
+        # Embed the same specs as the search's own plans (self-contained plan files).
+        p = Plan.model_validate({**seed.to_dict(), "model": spec, "cluster": cluster.spec})
+        key = plan_key(p)
+        if key in seen:
+            continue
+        seen.add(key)
+        est = estimate(graph, cluster, p, profiles=profiles)
+        if est.feasible and (budget_usd_per_hour is None or (
+                est.usd_per_hour is not None
+                and est.usd_per_hour <= budget_usd_per_hour + 1e-9)):
             costed.append((search.rank_key(est, p), p, est))
     if not costed:
         raise explain_infeasible(graph, cluster, search, sizes, budget_usd_per_hour)
