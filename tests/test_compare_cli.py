@@ -12,7 +12,7 @@ from planner.costing import estimate
 from planner.graph import load_model
 from planner.report.scenario import edit_cluster
 from planner.search import plan
-from tests.test_simulate_cli import _run
+from tests.cli import run_cli as _run
 
 CLUSTERS = ("amp-t4", "amp-het", "lab-mixed")
 

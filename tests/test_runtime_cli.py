@@ -5,32 +5,17 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from planner.cli.main import main
 from planner.costing import megatron_plan
 from planner.errors import HetplanError
 from planner.graph import load_model
 from planner.graph.load_spec import load_model_spec
 from planner.runtime.dry_run import shrink_plan, tiny_spec
+from tests.cli import run_cli as _run
 from tests.test_runtime_plans import make_plan, stage
-
-
-def _run(argv: list[str], capsys) -> tuple[int, str, str]:
-    old = sys.argv
-    sys.argv = ["hetplan", *argv]
-    try:
-        main()
-        code = 0
-    except SystemExit as exc:
-        code = exc.code or 0
-    finally:
-        sys.argv = old
-    out = capsys.readouterr()
-    return int(code), out.out, out.err
 
 
 def _model(name: str = "tiny") -> dict:

@@ -3,29 +3,14 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
-from planner.cli.main import main
 from planner.cluster import load_cluster
 from planner.costing import estimate, megatron_plan
 from planner.graph import load_model
-
-
-def _run(argv: list[str], capsys) -> tuple[int, str, str]:
-    old = sys.argv
-    sys.argv = ["hetplan", *argv]
-    try:
-        main()
-        code = 0
-    except SystemExit as exc:
-        code = exc.code or 0
-    finally:
-        sys.argv = old
-    out = capsys.readouterr()
-    return int(code), out.out, out.err
+from tests.cli import run_cli as _run
 
 
 @pytest.fixture(scope="module")
