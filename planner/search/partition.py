@@ -170,19 +170,25 @@ class _Program:
         vals = [v for v in vals if v.size]
         return np.unique(np.concatenate(vals)) if vals else np.empty(0)
 
+    def _stage_row(self, o: int, k: int, i: int, cap: float, minmax: bool) -> np.ndarray:
+        """What `run` adds for a stage [i, j) of option o at position k, per j: w (min-max)
+        or t + 2·send where w <= cap (min-sum)."""
+        w = self.w[o][k][i]
+        return w if minmax else np.where(w <= cap, self.tc[o][k][i], np.inf)
+
     def run(self, cap: float, minmax: bool = False) -> Template | None:
-        """Min-sum program with every w_s <= cap (or, with `minmax`, the min-max program)."""
+        """Min-sum program with every w_s <= cap (or, with `minmax`, the min-max program).
+
+        Only the values are kept; `_trace` recovers the argmins along the one path it
+        follows. (An argmin over the middle axis costs numpy about four times the min.)
+        """
         n, size = self.n, self.size
         inf = np.inf
         values = [np.full((n + 1, size), inf)]
         values[0][n, 0] = 0.0 if not minmax else -inf
-        back_o: list[np.ndarray] = [np.empty(0)]
-        back_j: list[np.ndarray] = [np.empty(0)]
         for k in range(1, self.s_max + 1):
             prev = values[k - 1]
             cur = np.full((n + 1, size), inf)
-            bo = np.full((n + 1, size), -1, dtype=np.int32)
-            bj = np.full((n + 1, size), -1, dtype=np.int32)
             hi = n - k  # the stage at position k starts at layer <= n - k
             live = prev < inf
             rows_live = np.nonzero(live.any(axis=1))[0]
@@ -205,22 +211,13 @@ class _Program:
                 c = w if minmax else np.where(w <= cap, self.tc[o][k][i0:i1, c0:c1], inf)
                 g = prev[c0:c1][:, src]
                 if minmax:
-                    tot = np.maximum(c[:, :, None], g[None, :, :])
+                    best = np.maximum(c[:, :, None], g[None, :, :]).min(axis=1)
                 else:
-                    tot = c[:, :, None] + g[None, :, :]
-                j_arg = tot.argmin(axis=1)
-                best = tot.min(axis=1)
-                region = cur[i0:i1][:, dst]
-                better = best < region
-                if not better.any():
-                    continue
-                r_idx, c_idx = np.nonzero(better)
-                cur[i0 + r_idx, dst[c_idx]] = best[r_idx, c_idx]
-                bo[i0 + r_idx, dst[c_idx]] = o
-                bj[i0 + r_idx, dst[c_idx]] = c0 + j_arg[r_idx, c_idx]
+                    best = (c[:, :, None] + g[None, :, :]).min(axis=1)
+                # Options are merged by strict improvement in order (the first option with
+                # the least value wins), which `_trace` reproduces.
+                cur[i0:i1, dst] = np.minimum(cur[i0:i1, dst], best)
             values.append(cur)
-            back_o.append(bo)
-            back_j.append(bj)
         self.values = values
         best_val, best_k, best_u = inf, -1, -1
         for k in range(1, len(values)):
@@ -230,7 +227,7 @@ class _Program:
                 best_val, best_k, best_u = float(row[u]), k, u
         if best_k < 0:
             return None
-        return self._trace(best_k, best_u, back_o, back_j)
+        return self._trace(best_k, best_u, cap, minmax)
 
     def near(self, cap: float, bound: float, limit: int) -> list[Template]:
         """Every pipeline with all w_s <= cap and Σ (t + 2·send) <= bound, from the values
@@ -275,24 +272,35 @@ class _Program:
             usage[opt.slot] += opt.costs.tp
         return Template(stages=tuple(stages), usage=tuple(int(x) for x in usage))
 
-    def _trace(self, k: int, u: int, back_o: list[np.ndarray],
-               back_j: list[np.ndarray]) -> Template:
-        stages = []
-        i = 0
-        usage = np.zeros(len(self.dims), dtype=int)
-        while k > 0:
-            o, j = int(back_o[k][i, u]), int(back_j[k][i, u])
-            opt = self.options[o]
-            stages.append(StageChoice(
-                start=i, end=j, option=o, recompute=int(self.rc[o][k][i, j]),
-                time_s=float(self.t[o][k][i, j]), send_s=float(opt.costs.send_s[j]),
-                tail_s=float(opt.tail_s[i, j])))
-            usage[opt.slot] += opt.costs.tp
-            src, dst = self.shift[o]
-            u = int(src[np.searchsorted(dst, u)])
-            i, k = j, k - 1
-        return Template(stages=tuple(stages), usage=tuple(int(x) for x in usage))
+    def _trace(self, k: int, u: int, cap: float, minmax: bool) -> Template:
+        """Walk the values of the last `run` from (k stages, layer 0, usage u) to the end.
 
+        At each state the step taken is the one `run` kept: the first option whose best
+        value equals the state's, at its first least j (the same floating-point sums, so
+        equality is exact).
+        """
+        values = self.values
+        path = []
+        i = 0
+        while k > 0:
+            target = values[k][i, u]
+            for o in range(len(self.options)):
+                src, dst = self.shift[o]
+                pos = int(np.searchsorted(dst, u))
+                if pos >= dst.size or dst[pos] != u:
+                    continue
+                u2 = int(src[pos])
+                c = self._stage_row(o, k, i, cap, minmax)
+                g = values[k - 1][:, u2]
+                row = np.maximum(c, g) if minmax else c + g
+                j = int(np.argmin(row))
+                if row[j] == target:
+                    break
+            else:  # pragma: no cover - the values came from these very sums
+                raise AssertionError("program trace lost its path")
+            path.append((i, j, o, k))
+            i, u, k = j, u2, k - 1
+        return self._template(path)
 
 def objective(t: Template, m: int) -> float:
     return t.sum_s + max((m - 1) * s.time_s + s.tail_s for s in t.stages)
