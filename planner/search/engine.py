@@ -18,6 +18,8 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
+
 from cost_models.memory import GIB, optimizer_bytes_per_param, state_bytes_per_param
 from cost_models.profiles import ProfileSet
 from planner.cluster.model import Cluster
@@ -100,6 +102,7 @@ class Search:
         self.opt_bytes = optimizer_bytes_per_param(precision)
         self.memo: dict[tuple, list[PipelineClass]] = {}
         self.fits: dict[tuple, tuple] = {}
+        self.tails: dict[tuple, np.ndarray] = {}
         self.steps: list[tuple[int, str]] = []
         small = sum(self.gpus) <= _SMALL_CLUSTER
         self.small = small
@@ -128,8 +131,13 @@ class Search:
         for c in opts:
             if c.group not in island or c.tp < unit:
                 continue
-            group = self.cluster.groups[c.group]
-            tail = c.update_s / max(zero_dp, 1) + c.dp_sync_s(d, self.latency_s, group)
+            key = (c.group, c.tp, c.micro_batch, zero_dp, d)
+            if key not in self.tails:
+                # Shared by every shape with this option and replica count.
+                group = self.cluster.groups[c.group]
+                self.tails[key] = (c.update_s / max(zero_dp, 1)
+                                   + c.dp_sync_s(d, self.latency_s, group))
+            tail = self.tails[key]
             chosen.append(Option(slot=island.index(c.group), units=c.tp // unit, costs=c,
                                  tail_s=tail))
             devices.append((c.group, c.tp))

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from planner.search.stage_arrays import mode_at, most_inflight, stage_weights
 from planner.search.tables import OptionCosts
 
 __all__ = ["Option", "StageChoice", "Template", "solve"]
@@ -87,19 +88,6 @@ class Template:
         return tuple((s.start, s.end, s.option, s.recompute) for s in self.stages)
 
 
-def _boxes(fin: np.ndarray) -> list[tuple[int, int, int, int]]:
-    """Per leading index: rows [r0, r1) and columns [c0, c1) holding every True entry."""
-    rows, cols = fin.any(axis=2), fin.any(axis=1)
-    out = []
-    for r, c in zip(rows, cols, strict=True):
-        if not r.any():
-            out.append((0, 0, 0, 0))
-            continue
-        out.append((int(r.argmax()), len(r) - int(r[::-1].argmax()),
-                    int(c.argmax()), len(c) - int(c[::-1].argmax())))
-    return out
-
-
 def _inflight(schedule: str, k: int, m: int) -> int:
     return m if schedule == "gpipe" else min(k, m)
 
@@ -124,46 +112,27 @@ class _Program:
             min_units[opt.slot] = min(min_units.get(opt.slot, opt.units), opt.units)
         most = sum(budgets[s] // u for s, u in min_units.items())
         self.s_max = min(n, most, min_m if schedule != "gpipe" else n)
-        # Per option and stage position k: time, weight and recompute mode of every range.
-        self.t: list[list[np.ndarray]] = []
+        # Per option and stage position k: weight, time + 2·send and finite box of every
+        # range. Under 1F1B position k holds min(k, m) micro-batches, so positions share
+        # arrays; what fits per in-flight count is known once per search (`fits`).
+        self.flight = [0, *(_inflight(schedule, k, m) for k in range(1, self.s_max + 1))]
+        distinct = list(dict.fromkeys(self.flight[1:]))
+        self.most: list[np.ndarray] = []
         self.w: list[list[np.ndarray]] = []
-        self.rc: list[list[np.ndarray]] = []
         self.tc: list[list[np.ndarray]] = []
         self.box: list[list[tuple[int, int, int, int]]] = []
         fits = {} if fits is None else fits
         for opt in options:
-            c = opt.costs
-            flights = [_inflight(schedule, k, m) for k in range(1, self.s_max + 1)]
-            distinct = list(dict.fromkeys(flights))
-            where = {f: x for x, f in enumerate(distinct)}
-            t_all = np.stack([self._fit(c, f, zero_dp, fits)[0] for f in distinct])
-            rc_all = [self._fit(c, f, zero_dp, fits)[1] for f in distinct]
-            fin = np.isfinite(t_all)
-            w_all = np.where(fin, (m - 1) * np.where(fin, t_all, 0.0) + opt.tail_s, np.inf)
-            tc_all = t_all + 2 * c.send_s[None, None, :]
-            boxes = _boxes(np.isfinite(w_all))
-            pick = [where[f] for f in flights]
-            self.t.append([np.empty(0), *(t_all[x] for x in pick)])
-            self.w.append([np.empty(0), *(w_all[x] for x in pick)])
-            self.rc.append([np.empty(0), *(rc_all[x] for x in pick)])
-            self.tc.append([np.empty(0), *(tc_all[x] for x in pick)])
-            self.box.append([(0, 0, 0, 0), *(boxes[x] for x in pick)])
-
-    @staticmethod
-    def _fit(c: OptionCosts, inflight: int, zero_dp: int,
-             fits: dict) -> tuple[np.ndarray, np.ndarray]:
-        """Fastest recompute mode that fits, per range: (time, mode); cached per search."""
-        key = (id(c), inflight, zero_dp)
-        if key not in fits:
-            n1 = c.time_s.shape[1]
-            t = np.full((n1, n1), np.inf)
-            rc = np.zeros((n1, n1), dtype=np.int8)
-            for r in range(len(c.time_s) - 1, -1, -1):
-                ok = c.memory_gib(r, inflight, zero_dp) <= c.capacity_gib
-                t = np.where(ok, c.time_s[r], t)
-                rc = np.where(ok, r, rc).astype(np.int8)
-            fits[key] = (t, rc)
-        return fits[key]
+            key = (id(opt.costs), zero_dp)
+            if key not in fits:  # the entry holds the costs, so their id stays unique
+                fits[key] = (opt.costs, most_inflight(opt.costs, zero_dp))
+            most = fits[key][1]
+            per = stage_weights(opt.costs, most, opt.tail_s, distinct, m)
+            picked = [per[f] for f in self.flight[1:]]
+            self.most.append(most)
+            self.w.append([np.empty(0), *(x[0] for x in picked)])
+            self.tc.append([np.empty(0), *(x[1] for x in picked)])
+            self.box.append([(0, 0, 0, 0), *(x[2] for x in picked)])
 
     def caps(self) -> np.ndarray:
         vals = [w[np.isfinite(w)] for ws in self.w for w in ws[1:]]
@@ -242,17 +211,17 @@ class _Program:
                 if i == n and u == 0:
                     out.append(self._template(path))
                 return
-            for o, opt in enumerate(self.options):
+            for o in range(len(self.options)):
                 src, dst = self.shift[o]
                 pos = int(np.searchsorted(dst, u))
                 if pos >= dst.size or dst[pos] != u:
                     continue
                 u2 = int(src[pos])
-                row_t, row_w = self.t[o][k][i], self.w[o][k][i]
+                row_tc, row_w = self.tc[o][k][i], self.w[o][k][i]
                 for j in range(i + 1, n + 1):
                     if not row_w[j] <= cap:
                         continue
-                    c = row_t[j] + 2 * opt.costs.send_s[j]
+                    c = row_tc[j]
                     if acc + c + values[k - 1][j, u2] <= bound:
                         rec(k - 1, j, u2, acc + c, [*path, (i, j, o, k)])
 
@@ -265,10 +234,10 @@ class _Program:
         stages, usage = [], np.zeros(len(self.dims), dtype=int)
         for i, j, o, k in path:
             opt = self.options[o]
+            rc, time_s = mode_at(opt.costs, self.most[o], self.flight[k], i, j)
             stages.append(StageChoice(
-                start=i, end=j, option=o, recompute=int(self.rc[o][k][i, j]),
-                time_s=float(self.t[o][k][i, j]), send_s=float(opt.costs.send_s[j]),
-                tail_s=float(opt.tail_s[i, j])))
+                start=i, end=j, option=o, recompute=rc, time_s=time_s,
+                send_s=float(opt.costs.send_s[j]), tail_s=float(opt.tail_s[i, j])))
             usage[opt.slot] += opt.costs.tp
         return Template(stages=tuple(stages), usage=tuple(int(x) for x in usage))
 

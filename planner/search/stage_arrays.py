@@ -1,0 +1,89 @@
+"""The per-range arrays one program reads: which recompute mode fits, and the stage weights.
+
+A stage's memory grows with the micro-batches it holds in flight (min(k, m) under 1F1B at
+position k from the end, m under GPipe), so the fastest recompute mode that fits a range
+depends on the position. `most_inflight` finds, once per (option, ZeRO degree), the most
+in-flight micro-batches each mode fits on each range; any in-flight count's mode is then a
+comparison away instead of a fresh memory sum (the search asks for thousands of them).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from planner.search.tables import OptionCosts
+
+__all__ = ["boxes", "most_inflight", "mode_at", "stage_weights"]
+
+_BIG = 2**31 - 1
+"""Stands for "any number of micro-batches fits" (the range holds no activations)."""
+_CHUNK = 1 << 17
+"""Elements per temporary (about 1 MiB): a stack of all in-flight counts of a 99-layer model
+is 8 MB an array, and freshly mapped memory costs more in page faults than the arithmetic."""
+
+
+def boxes(fin: np.ndarray) -> list[tuple[int, int, int, int]]:
+    """Per leading index: rows [r0, r1) and columns [c0, c1) holding every True entry."""
+    rows, cols = fin.any(axis=2), fin.any(axis=1)
+    r0, r1 = rows.argmax(axis=1), fin.shape[1] - rows[:, ::-1].argmax(axis=1)
+    c0, c1 = cols.argmax(axis=1), fin.shape[2] - cols[:, ::-1].argmax(axis=1)
+    return [(int(r0[x]), int(r1[x]), int(c0[x]), int(c1[x])) if rows[x].any() else (0, 0, 0, 0)
+            for x in range(len(fin))]
+
+
+def most_inflight(c: OptionCosts, zero_dp: int) -> np.ndarray:
+    """(modes, n+1, n+1): the most in-flight micro-batches f with which each recompute mode
+    fits each range, i.e. `c.memory_gib(mode, f, zero_dp) <= c.capacity_gib` exactly.
+
+    The memory sum is nondecreasing in f (activations are >= 0, and rounding is monotone), so
+    the f that fit are 1..q: q is estimated by a division and then corrected with the very sum
+    `memory_gib` forms, so the answer is the one the sum gives. Ranges with j <= i (no
+    stage; their time is infinite anyway) get 0 or _BIG.
+    """
+    base = c.fixed_gib + c.optimizer_gib / max(zero_dp, 1)
+    act = c.act_gib
+    cap = c.capacity_gib
+
+    def fits(f: np.ndarray) -> np.ndarray:
+        return base + act * f <= cap
+
+    pos = act > 0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        est = np.floor(np.where(pos, (cap - base) / np.where(pos, act, 1.0), 0.0))
+    q = np.where(pos, np.clip(est, 0, _BIG), np.where(base <= cap, _BIG, 0)).astype(np.int64)
+    while True:
+        up = pos & (q < _BIG) & fits(q + 1.0)
+        down = pos & (q > 0) & ~fits(q.astype(float))
+        if not (up.any() or down.any()):
+            return q
+        q += up.astype(np.int64) - down.astype(np.int64)
+
+
+def mode_at(c: OptionCosts, most: np.ndarray, inflight: int, i: int, j: int) -> tuple[int, float]:
+    """(recompute mode, time) of stage [i, j) holding `inflight` micro-batches: the fastest
+    mode that fits (mode 0 and an infinite time when none does)."""
+    for r in range(len(most)):
+        if most[r, i, j] >= inflight:
+            return r, float(c.time_s[r, i, j])
+    return 0, float("inf")
+
+
+def stage_weights(c: OptionCosts, most: np.ndarray, tail_s: np.ndarray, inflights: list[int],
+                  m: int) -> dict[int, tuple[np.ndarray, np.ndarray, tuple[int, int, int, int]]]:
+    """Per in-flight count: (w, t + 2·send, box of the finite w) of every range, where t is
+    the fastest fitting mode's time and w = (m − 1)·t + tail (infinite where nothing fits)."""
+    n1 = c.time_s.shape[1]
+    step = max(1, _CHUNK // (n1 * n1))
+    out = {}
+    for at in range(0, len(inflights), step):
+        part = inflights[at:at + step]
+        f = np.asarray(part, dtype=np.int64)[:, None, None]
+        t = np.full((len(part), n1, n1), np.inf)
+        for r in range(len(most) - 1, -1, -1):
+            t = np.where(most[r][None] >= f, c.time_s[r][None], t)
+        fin = np.isfinite(t)
+        w = np.where(fin, (m - 1) * np.where(fin, t, 0.0) + tail_s, np.inf)
+        tc = t + 2 * c.send_s[None, None, :]
+        for x, (flight, box) in enumerate(zip(part, boxes(np.isfinite(w)), strict=True)):
+            out[flight] = (w[x], tc[x], box)
+    return out
