@@ -8,7 +8,7 @@ calls it for many combinations; the estimate for every stage of a plan.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from itertools import accumulate
 
 from cost_models.comm import Link, allreduce_s
@@ -199,6 +199,7 @@ def _layer_costs(layer: Layer, graph: LayerGraph, gpu: GpuSpec, tp: int, mb: int
 
 
 _NO_PROFILES = ProfileSet()
+_CONTENT_FIELDS = tuple(f.name for f in fields(Layer) if f.name not in ("index", "name"))
 _CACHE: dict[tuple, tuple[LayerGraph, ProfileSet, LayerCostTable]] = {}
 _CACHE_MAX = 20_000
 
@@ -220,9 +221,17 @@ def layer_cost_table(graph: LayerGraph, gpu: GpuSpec, tp: int, micro_batch: int,
     if hit is not None and hit[0] is graph and hit[1] is profiles:
         return hit[2]
     link = _intra_link(gpu, intra_node_gb_per_s, intra_node_link)
-    cols = list(zip(*(_layer_costs(layer, graph, gpu, tp, micro_batch, recompute, precision,
-                                   sequence_parallel, link, profiles, framework)
-                      for layer in graph.layers), strict=True))
+    # A model's blocks are mostly identical: cost each distinct layer once (a layer's costs
+    # depend on its contents, never on its position or name).
+    same: dict[tuple, tuple[float, ...]] = {}
+    rows = []
+    for layer in graph.layers:
+        contents = tuple(getattr(layer, f) for f in _CONTENT_FIELDS)
+        if contents not in same:
+            same[contents] = _layer_costs(layer, graph, gpu, tp, micro_batch, recompute,
+                                          precision, sequence_parallel, link, profiles, framework)
+        rows.append(same[contents])
+    cols = list(zip(*rows, strict=True))
 
     def prefix(xs: tuple[float, ...]) -> tuple[float, ...]:
         return (0.0, *accumulate(xs))
