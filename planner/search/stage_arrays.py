@@ -31,9 +31,10 @@ def boxes(fin: np.ndarray) -> list[tuple[int, int, int, int]]:
             for x in range(len(fin))]
 
 
-def most_inflight(c: OptionCosts, zero_dp: int) -> np.ndarray:
-    """(modes, n+1, n+1): the most in-flight micro-batches f with which each recompute mode
-    fits each range, i.e. `c.memory_gib(mode, f, zero_dp) <= c.capacity_gib` exactly.
+def most_inflight(c: OptionCosts, zero_dp: int) -> tuple[np.ndarray, np.ndarray]:
+    """The most in-flight micro-batches f with which each recompute mode fits each range,
+    i.e. `c.memory_gib(mode, f, zero_dp) <= c.capacity_gib` exactly, and the modes' times;
+    both (modes, n+1, n+1) indexed [mode, end j, start i] as the program reads them.
 
     The memory sum is nondecreasing in f (activations are >= 0, and rounding is monotone), so
     the f that fit are 1..q: q is estimated by a division and then corrected with the very sum
@@ -55,35 +56,44 @@ def most_inflight(c: OptionCosts, zero_dp: int) -> np.ndarray:
         up = pos & (q < _BIG) & fits(q + 1.0)
         down = pos & (q > 0) & ~fits(q.astype(float))
         if not (up.any() or down.any()):
-            return q
+            break
         q += up.astype(np.int64) - down.astype(np.int64)
+    return (np.ascontiguousarray(q.transpose(0, 2, 1)),
+            np.ascontiguousarray(c.time_s.transpose(0, 2, 1)))
 
 
-def mode_at(c: OptionCosts, most: np.ndarray, inflight: int, i: int, j: int) -> tuple[int, float]:
+def mode_at(fit: tuple[np.ndarray, np.ndarray], inflight: int, i: int, j: int,
+            ) -> tuple[int, float]:
     """(recompute mode, time) of stage [i, j) holding `inflight` micro-batches: the fastest
     mode that fits (mode 0 and an infinite time when none does)."""
+    most, time_ji = fit
     for r in range(len(most)):
-        if most[r, i, j] >= inflight:
-            return r, float(c.time_s[r, i, j])
+        if most[r, j, i] >= inflight:
+            return r, float(time_ji[r, j, i])
     return 0, float("inf")
 
 
-def stage_weights(c: OptionCosts, most: np.ndarray, tail_s: np.ndarray, inflights: list[int],
-                  m: int) -> dict[int, tuple[np.ndarray, np.ndarray, tuple[int, int, int, int]]]:
+def stage_weights(c: OptionCosts, fit: tuple[np.ndarray, np.ndarray], tail_s: np.ndarray,
+                  inflights: list[int], m: int,
+                  ) -> dict[int, tuple[np.ndarray, np.ndarray, tuple[int, int, int, int]]]:
     """Per in-flight count: (w, t + 2·send, box of the finite w) of every range, where t is
-    the fastest fitting mode's time and w = (m − 1)·t + tail (infinite where nothing fits)."""
-    n1 = c.time_s.shape[1]
+    the fastest fitting mode's time and w = (m − 1)·t + tail (infinite where nothing fits).
+    w and t + 2·send are indexed [end j, start i]; the box is (i0, i1, j0, j1)."""
+    most, time_ji = fit
+    n1 = time_ji.shape[1]
     step = max(1, _CHUNK // (n1 * n1))
+    tail_ji, send_j = tail_s.T[None], 2 * c.send_s[None, :, None]
     out = {}
     for at in range(0, len(inflights), step):
         part = inflights[at:at + step]
         f = np.asarray(part, dtype=np.int64)[:, None, None]
         t = np.full((len(part), n1, n1), np.inf)
         for r in range(len(most) - 1, -1, -1):
-            t = np.where(most[r][None] >= f, c.time_s[r][None], t)
+            t = np.where(most[r][None] >= f, time_ji[r][None], t)
         fin = np.isfinite(t)
-        w = np.where(fin, (m - 1) * np.where(fin, t, 0.0) + tail_s, np.inf)
-        tc = t + 2 * c.send_s[None, None, :]
-        for x, (flight, box) in enumerate(zip(part, boxes(np.isfinite(w)), strict=True)):
-            out[flight] = (w[x], tc[x], box)
+        w = np.where(fin, (m - 1) * np.where(fin, t, 0.0) + tail_ji, np.inf)
+        tc = t + send_j
+        for x, (flight, (j0, j1, i0, i1)) in enumerate(
+                zip(part, boxes(np.isfinite(w)), strict=True)):
+            out[flight] = (w[x], tc[x], (i0, i1, j0, j1))
     return out
