@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from planner.search.stage_arrays import mode_at, most_inflight, stage_weights
+from planner.search.stage_arrays import Fit, mode_at, most_inflight, stage_weights
 from planner.search.tables import OptionCosts
 
 __all__ = ["Option", "StageChoice", "Template", "solve"]
@@ -119,7 +119,7 @@ class _Program:
         # arrays; what fits per in-flight count is known once per search (`fits`).
         self.flight = [0, *(_inflight(schedule, k, m) for k in range(1, self.s_max + 1))]
         distinct = list(dict.fromkeys(self.flight[1:]))
-        self.fit: list[tuple[np.ndarray, np.ndarray]] = []
+        self.fit: list[Fit] = []
         self.w_ji: list[list[np.ndarray]] = []
         self.tc_ji: list[list[np.ndarray]] = []
         self.box: list[list[tuple[int, int, int, int]]] = []
@@ -157,6 +157,9 @@ class _Program:
         inf = np.inf
         values = [np.full((n + 1, size), inf)]
         values[0][n, 0] = 0.0 if not minmax else -inf
+        # With one budget slot a move is a slice of usages (dead ones in it are infinite and
+        # change no minimum), which numpy handles without gathering states by index.
+        flat = len(self.dims) == 1
         for k in range(1, self.s_max + 1):
             prev = values[k - 1]
             cur = np.full((n + 1, size), inf)
@@ -167,12 +170,21 @@ class _Program:
                 break
             j_lo, j_hi = int(rows_live[0]), int(rows_live[-1])
             cols_live = live.any(axis=0)
-            for o in range(len(self.options)):
-                src, dst = self.shift[o]
-                keep = cols_live[src]
-                if not keep.any():
-                    continue
-                src, dst = src[keep], dst[keep]
+            if flat:  # one budget slot: usages are a line, moves are slices
+                used = np.nonzero(cols_live)[0]
+                u_lo, u_hi = int(used[0]), int(used[-1])
+            for o, opt in enumerate(self.options):
+                if flat:
+                    s1 = min(u_hi, size - 1 - opt.units) + 1
+                    if u_lo >= s1:
+                        continue
+                    src, dst = slice(u_lo, s1), slice(u_lo + opt.units, s1 + opt.units)
+                else:
+                    src, dst = self.shift[o]
+                    keep = cols_live[src]
+                    if not keep.any():
+                        continue
+                    src, dst = src[keep], dst[keep]
                 r0, r1, b0, b1 = self.box[o][k]
                 i0, i1 = r0, min(r1, hi + 1)
                 c0, c1 = max(b0, j_lo), min(b1, j_hi + 1)
@@ -187,7 +199,11 @@ class _Program:
                     best = (c[:, :, None] + g[:, None, :]).min(axis=0)
                 # Options are merged by strict improvement in order (the first option with
                 # the least value wins), which `_trace` reproduces.
-                cur[i0:i1, dst] = np.minimum(cur[i0:i1, dst], best)
+                if flat:
+                    view = cur[i0:i1, dst]
+                    np.minimum(view, best, out=view)
+                else:
+                    cur[i0:i1, dst] = np.minimum(cur[i0:i1, dst], best)
             values.append(cur)
         self.values = values
         best_val, best_k, best_u = inf, -1, -1

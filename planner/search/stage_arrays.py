@@ -9,17 +9,32 @@ comparison away instead of a fresh memory sum (the search asks for thousands of 
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from planner.search.tables import OptionCosts
 
-__all__ = ["boxes", "most_inflight", "mode_at", "stage_weights"]
+__all__ = ["Fit", "boxes", "mode_at", "most_inflight", "stage_weights"]
 
 _BIG = 2**31 - 1
 """Stands for "any number of micro-batches fits" (the range holds no activations)."""
 _CHUNK = 1 << 17
 """Elements per temporary (about 1 MiB): a stack of all in-flight counts of a 99-layer model
 is 8 MB an array, and freshly mapped memory costs more in page faults than the arithmetic."""
+
+
+class Fit(NamedTuple):
+    """What fits one option under one ZeRO degree, indexed [mode, end j, start i]."""
+
+    most: np.ndarray
+    """Most in-flight micro-batches each mode fits on each range."""
+    time_ji: np.ndarray
+    """Each mode's stage time (the option's `time_s`)."""
+    end_reach: np.ndarray
+    """Per end j: the most in-flight micro-batches any finite stage ending there fits."""
+    start_reach: np.ndarray
+    """Per start i: the same for stages starting there."""
 
 
 def boxes(fin: np.ndarray) -> list[tuple[int, int, int, int]]:
@@ -31,10 +46,9 @@ def boxes(fin: np.ndarray) -> list[tuple[int, int, int, int]]:
             for x in range(len(fin))]
 
 
-def most_inflight(c: OptionCosts, zero_dp: int) -> tuple[np.ndarray, np.ndarray]:
+def most_inflight(c: OptionCosts, zero_dp: int) -> Fit:
     """The most in-flight micro-batches f with which each recompute mode fits each range,
-    i.e. `c.memory_gib(mode, f, zero_dp) <= c.capacity_gib` exactly, and the modes' times;
-    both (modes, n+1, n+1) indexed [mode, end j, start i] as the program reads them.
+    i.e. `c.memory_gib(mode, f, zero_dp) <= c.capacity_gib` exactly, with the modes' times.
 
     The memory sum is nondecreasing in f (activations are >= 0, and rounding is monotone), so
     the f that fit are 1..q: q is estimated by a division and then corrected with the very sum
@@ -58,42 +72,56 @@ def most_inflight(c: OptionCosts, zero_dp: int) -> tuple[np.ndarray, np.ndarray]
         if not (up.any() or down.any()):
             break
         q += up.astype(np.int64) - down.astype(np.int64)
-    return (np.ascontiguousarray(q.transpose(0, 2, 1)),
-            np.ascontiguousarray(c.time_s.transpose(0, 2, 1)))
+    most = np.ascontiguousarray(q.transpose(0, 2, 1))
+    time_ji = np.ascontiguousarray(c.time_s.transpose(0, 2, 1))
+    # Per range, the most in-flight micro-batches any mode with a finite time fits: a range
+    # has a finite stage time exactly while the in-flight count is at most this.
+    reach = np.where(np.isfinite(time_ji), most, -1).max(axis=0)
+    return Fit(most, time_ji, reach.max(axis=1), reach.max(axis=0))
 
 
-def mode_at(fit: tuple[np.ndarray, np.ndarray], inflight: int, i: int, j: int,
-            ) -> tuple[int, float]:
+def mode_at(fit: Fit, inflight: int, i: int, j: int) -> tuple[int, float]:
     """(recompute mode, time) of stage [i, j) holding `inflight` micro-batches: the fastest
     mode that fits (mode 0 and an infinite time when none does)."""
-    most, time_ji = fit
+    most, time_ji = fit.most, fit.time_ji
     for r in range(len(most)):
         if most[r, j, i] >= inflight:
             return r, float(time_ji[r, j, i])
     return 0, float("inf")
 
 
-def stage_weights(c: OptionCosts, fit: tuple[np.ndarray, np.ndarray], tail_s: np.ndarray,
-                  inflights: list[int], m: int,
+def _span(reach: np.ndarray, f: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per in-flight count: first and one-past-last index whose reach is >= it, and whether any."""
+    ok = reach[None, :] >= f[:, None]
+    return ok.argmax(axis=1), len(reach) - ok[:, ::-1].argmax(axis=1), ok.any(axis=1)
+
+
+def stage_weights(c: OptionCosts, fit: Fit, tail_s: np.ndarray, inflights: list[int], m: int,
                   ) -> dict[int, tuple[np.ndarray, np.ndarray, tuple[int, int, int, int]]]:
     """Per in-flight count: (w, t + 2·send, box of the finite w) of every range, where t is
     the fastest fitting mode's time and w = (m − 1)·t + tail (infinite where nothing fits).
     w and t + 2·send are indexed [end j, start i]; the box is (i0, i1, j0, j1)."""
-    most, time_ji = fit
+    most, time_ji = fit.most, fit.time_ji
     n1 = time_ji.shape[1]
     step = max(1, _CHUNK // (n1 * n1))
     tail_ji, send_j = tail_s.T[None], 2 * c.send_s[None, :, None]
     out = {}
     for at in range(0, len(inflights), step):
         part = inflights[at:at + step]
-        f = np.asarray(part, dtype=np.int64)[:, None, None]
+        f = np.asarray(part, dtype=np.int64)
         t = np.full((len(part), n1, n1), np.inf)
         for r in range(len(most) - 1, -1, -1):
-            t = np.where(most[r][None] >= f, time_ji[r][None], t)
-        fin = np.isfinite(t)
-        w = np.where(fin, (m - 1) * np.where(fin, t, 0.0) + tail_ji, np.inf)
+            np.copyto(t, time_ji[r][None], where=most[r][None] >= f[:, None, None])
+        if m > 1:  # (m − 1)·inf + tail is inf: no mask needed (it is for 0·inf)
+            w = (m - 1) * t + tail_ji
+        else:
+            fin = np.isfinite(t)
+            w = np.where(fin, (m - 1) * np.where(fin, t, 0.0) + tail_ji, np.inf)
         tc = t + send_j
-        for x, (flight, (j0, j1, i0, i1)) in enumerate(
-                zip(part, boxes(np.isfinite(w)), strict=True)):
-            out[flight] = (w[x], tc[x], (i0, i1, j0, j1))
+        # The finite entries' box, from the per-end and per-start reach (no pass over w).
+        j0, j1, j_any = _span(fit.end_reach, f)
+        i0, i1, _ = _span(fit.start_reach, f)
+        for x, flight in enumerate(part):
+            box = (int(i0[x]), int(i1[x]), int(j0[x]), int(j1[x])) if j_any[x] else (0, 0, 0, 0)
+            out[flight] = (w[x], tc[x], box)
     return out
