@@ -101,6 +101,7 @@ class _Program:
         self.dims = tuple(b + 1 for b in budgets)
         self.size = int(np.prod(self.dims))
         strides = [math.prod(self.dims[g + 1:]) for g in range(len(self.dims))]  # C order
+        self.strides = strides
         grid = np.indices(self.dims).reshape(len(self.dims), -1)
         self.shift: list[tuple[np.ndarray, np.ndarray]] = []
         for opt in options:
@@ -140,6 +141,14 @@ class _Program:
         vals = [w[np.isfinite(w)] for ws in self.w_ji for w in ws[1:]]
         vals = [v for v in vals if v.size]
         return np.unique(np.concatenate(vals)) if vals else np.empty(0)
+
+    def _before(self, o: int, u: int) -> int:
+        """The usage state a stage of option o moves to u from (-1: none)."""
+        opt = self.options[o]
+        stride = self.strides[opt.slot]
+        if (u // stride) % self.dims[opt.slot] < opt.units:
+            return -1
+        return u - opt.units * stride
 
     def _stage_row(self, o: int, k: int, i: int, cap: float, minmax: bool) -> np.ndarray:
         """What `run` adds for a stage [i, j) of option o at position k, per j: w (min-max)
@@ -230,11 +239,9 @@ class _Program:
                     out.append(self._template(path))
                 return
             for o in range(len(self.options)):
-                src, dst = self.shift[o]
-                pos = int(np.searchsorted(dst, u))
-                if pos >= dst.size or dst[pos] != u:
+                u2 = self._before(o, u)
+                if u2 < 0:
                     continue
-                u2 = int(src[pos])
                 row_tc, row_w = self.tc_ji[o][k][:, i], self.w_ji[o][k][:, i]
                 for j in range(i + 1, n + 1):
                     if not row_w[j] <= cap:
@@ -272,11 +279,9 @@ class _Program:
         while k > 0:
             target = values[k][i, u]
             for o in range(len(self.options)):
-                src, dst = self.shift[o]
-                pos = int(np.searchsorted(dst, u))
-                if pos >= dst.size or dst[pos] != u:
+                u2 = self._before(o, u)
+                if u2 < 0:
                     continue
-                u2 = int(src[pos])
                 c = self._stage_row(o, k, i, cap, minmax)
                 g = values[k - 1][:, u2]
                 row = np.maximum(c, g) if minmax else c + g
