@@ -22,5 +22,9 @@ test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest
 
+# Speed and accuracy figures (printed, never asserted): see docs/search.md and docs/cost-model.md.
 bench: $(STAMP)
-	$(BIN)/python bench/run_all.py
+	$(BIN)/python bench/extract_speed.py
+	$(BIN)/python bench/bench_simulate.py
+	$(BIN)/python bench/search_speed.py
+	$(BIN)/python bench/accuracy.py
