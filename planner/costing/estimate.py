@@ -19,7 +19,7 @@ from functools import lru_cache
 from typing import Any
 
 from cost_models.compute import peak_tflops
-from cost_models.memory import GRAD_REDUCE_BYTES, inflight_microbatches
+from cost_models.memory import dp_sync_bytes_per_param, inflight_microbatches
 from cost_models.profiles import ProfileSet
 from planner.cluster.model import Cluster, Node
 from planner.costing.framework import DEFAULT_FRAMEWORK, Framework
@@ -32,7 +32,7 @@ from planner.graph.layers import LayerGraph
 from planner.schema import Plan
 from planner.simulate import StageTiming, simulate
 
-__all__ = ["GRAD_REDUCE_BYTES", "estimate", "with_prediction"]
+__all__ = ["estimate", "with_prediction"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,9 +186,7 @@ def _dp_sync_s(graph: LayerGraph, plan: Plan, devices: list[list[_Device]],
     out = [[0.0] * len(devs) for devs in devices]
     if n_pipes == 1:
         return out
-    # A ring all-reduce is a reduce-scatter plus an all-gather of the same bytes. Under ZeRO-1
-    # the all-gather carries the updated 16-bit weights instead of fp32 gradients.
-    grad_bytes = (GRAD_REDUCE_BYTES + graph.dtype_bytes) / 2 if plan.zero1 else GRAD_REDUCE_BYTES
+    grad_bytes = dp_sync_bytes_per_param(graph.dtype_bytes, plan.zero1)
     holder: list[list[int]] = []  # per pipeline: layer -> device index
     for p, pipe in enumerate(plan.pipelines):
         s_count = len(devices[p])

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from cost_models.memory import FRAMEWORK_OVERHEAD_GIB, GIB
+from cost_models.memory import FRAMEWORK_OVERHEAD_GIB, GIB, dp_sync_bytes_per_param
 from cost_models.profiles import ProfileSet
 from planner.cluster.model import Cluster, Node, NodeGroup
 from planner.costing.links import intra_link, nic_link, p2p_time_s
@@ -47,7 +47,8 @@ class OptionCosts:
     update_s: np.ndarray
     """(n+1, n+1): the Adam step, unsharded."""
     grad_bytes: np.ndarray
-    """(n+1, n+1): gradient bytes per GPU the DP all-reduce moves (params × dtype / tp)."""
+    """(n+1, n+1): bytes per GPU the DP all-reduce moves (params / tp × the estimate's
+    `dp_sync_bytes_per_param`, ZeRO-1 as the search's multi-pipeline plans use it)."""
     ring_layers: np.ndarray
     """(n+1, n+1): layers with parameters (each costs the ring its latency terms)."""
     send_s: np.ndarray
@@ -132,6 +133,7 @@ def option_costs(graph: LayerGraph, cluster: Cluster, group_index: int, tp: int,
         acts.append(_ranges(table.activation_bytes) / GIB)
     assert table is not None
     params = _ranges(table.params)
+    sync_bytes = dp_sync_bytes_per_param(graph.dtype_bytes, zero1=True)
     has_params = _ranges(np.concatenate(
         [[0.0], np.cumsum([1.0 if layer.params > 0 else 0.0 for layer in graph.layers])]))
     node_a = Node(name="_a", group=group, index=0)
@@ -146,5 +148,5 @@ def option_costs(graph: LayerGraph, cluster: Cluster, group_index: int, tp: int,
         optimizer_gib=params * table.optimizer_bytes_per_param / GIB,
         act_gib=np.stack(acts), update_s=_ranges(table.update_s),
         grad_bytes=_ranges(np.concatenate(
-            [[0.0], np.cumsum([layer.params * graph.dtype_bytes / tp for layer in graph.layers])])),
+            [[0.0], np.cumsum([layer.params * sync_bytes / tp for layer in graph.layers])])),
         ring_layers=has_params, send_s=send)
