@@ -10,11 +10,10 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import ValidationError
 
 from planner.errors import SpecError
 from planner.graph.hf_config import from_hf_config, looks_like_hf_config
-from planner.graph.spec import ModelSpec, spec_error_from_validation
+from planner.graph.spec import ModelSpec
 
 __all__ = ["MODELS_DIR", "load_model_spec", "zoo_names"]
 
@@ -81,7 +80,4 @@ def load_model_spec(path_or_name: str | Path) -> ModelSpec:
         data = from_hf_config(data, where, default_name=default_name)
     else:
         data = {"name": path.stem, **data}
-    try:
-        return ModelSpec.model_validate(data)
-    except ValidationError as exc:
-        raise spec_error_from_validation(exc, where) from None
+    return ModelSpec.from_dict(data, where)
