@@ -9,6 +9,7 @@ and said so in `source`: Qwen2's q/k/v biases, OPT's narrower word-embedding pro
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from planner.errors import SpecError
@@ -16,6 +17,29 @@ from planner.errors import SpecError
 __all__ = ["from_hf_config", "looks_like_hf_config"]
 
 _LLAMA_LIKE = ("llama", "mistral", "qwen2")
+
+
+@dataclass(frozen=True)
+class _GptKeys:
+    """Where one GPT-style model_type keeps each field (they all mean the same thing)."""
+
+    hidden: str
+    layers: str
+    heads: str
+    ffn: str
+    ffn_defaults_to_4h: bool  # absent/null ffn field → 4 × hidden (else the field is required)
+    seq_len: str
+    norm_eps: str | None  # None: the config has no epsilon; ModelSpec's default applies
+
+
+_GPT_LIKE = {
+    "gpt2": _GptKeys("n_embd", "n_layer", "n_head", "n_inner", True, "n_positions",
+                     "layer_norm_epsilon"),
+    "gpt_neo": _GptKeys("hidden_size", "num_layers", "num_heads", "intermediate_size", True,
+                        "max_position_embeddings", "layer_norm_epsilon"),
+    "opt": _GptKeys("hidden_size", "num_hidden_layers", "num_attention_heads", "ffn_dim", False,
+                    "max_position_embeddings", None),
+}
 
 
 def looks_like_hf_config(data: dict[str, Any]) -> bool:
@@ -26,6 +50,12 @@ def _need(data: dict[str, Any], key: str, where: str) -> Any:
     if key not in data or data[key] is None:
         raise SpecError(where, key, "missing from the HuggingFace config; add it")
     return data[key]
+
+
+def _gpt_ffn(data: dict[str, Any], keys: _GptKeys, hidden: Any, where: str) -> Any:
+    if not keys.ffn_defaults_to_4h:
+        return _need(data, keys.ffn, where)
+    return data.get(keys.ffn) or (4 * hidden if isinstance(hidden, int) else None)
 
 
 def from_hf_config(data: dict[str, Any], where: str, *, default_name: str) -> dict[str, Any]:
@@ -52,51 +82,27 @@ def from_hf_config(data: dict[str, Any], where: str, *, default_name: str) -> di
         }
         if model_type == "qwen2":
             note += "; q/k/v biases not modelled"
-    elif model_type == "gpt2":
-        hidden = _need(data, "n_embd", where)
+    elif model_type in _GPT_LIKE:
+        keys = _GPT_LIKE[model_type]
+        hidden = _need(data, keys.hidden, where)
         out = {
             "architecture": "gpt",
             "hidden_size": hidden,
-            "num_layers": _need(data, "n_layer", where),
-            "num_attention_heads": _need(data, "n_head", where),
-            "ffn_hidden_size": data.get("n_inner") or (4 * hidden if isinstance(hidden, int)
-                                                       else None),
+            "num_layers": _need(data, keys.layers, where),
+            "num_attention_heads": _need(data, keys.heads, where),
+            "ffn_hidden_size": _gpt_ffn(data, keys, hidden, where),
             "vocab_size": _need(data, "vocab_size", where),
-            "seq_len": _need(data, "n_positions", where),
-            "tie_embeddings": bool(data.get("tie_word_embeddings", True)),
-            "norm_eps": data.get("layer_norm_epsilon", 1e-5),
-        }
-    elif model_type == "gpt_neo":
-        hidden = _need(data, "hidden_size", where)
-        out = {
-            "architecture": "gpt",
-            "hidden_size": hidden,
-            "num_layers": _need(data, "num_layers", where),
-            "num_attention_heads": _need(data, "num_heads", where),
-            "ffn_hidden_size": data.get("intermediate_size") or (
-                4 * hidden if isinstance(hidden, int) else None),
-            "vocab_size": _need(data, "vocab_size", where),
-            "seq_len": _need(data, "max_position_embeddings", where),
-            "tie_embeddings": bool(data.get("tie_word_embeddings", True)),
-            "norm_eps": data.get("layer_norm_epsilon", 1e-5),
-        }
-        note += "; local attention layers counted as global"
-    elif model_type == "opt":
-        hidden = _need(data, "hidden_size", where)
-        out = {
-            "architecture": "gpt",
-            "hidden_size": hidden,
-            "num_layers": _need(data, "num_hidden_layers", where),
-            "num_attention_heads": _need(data, "num_attention_heads", where),
-            "ffn_hidden_size": _need(data, "ffn_dim", where),
-            "vocab_size": _need(data, "vocab_size", where),
-            "seq_len": _need(data, "max_position_embeddings", where),
+            "seq_len": _need(data, keys.seq_len, where),
             "tie_embeddings": bool(data.get("tie_word_embeddings", True)),
         }
+        if keys.norm_eps is not None:
+            out["norm_eps"] = data.get(keys.norm_eps, 1e-5)
+        if model_type == "gpt_neo":
+            note += "; local attention layers counted as global"
         proj = data.get("word_embed_proj_dim")
-        if proj not in (None, hidden):
+        if model_type == "opt" and proj not in (None, hidden):
             note += f"; word_embed_proj_dim {proj} modelled as hidden_size {hidden}"
     else:
         raise SpecError(where, "model_type", f"unsupported HuggingFace model_type {model_type!r}; "
-                        f"supported: {', '.join([*_LLAMA_LIKE, 'gpt2', 'gpt_neo', 'opt'])}")
+                        f"supported: {', '.join([*_LLAMA_LIKE, *_GPT_LIKE])}")
     return {"name": name, **{k: v for k, v in out.items() if v is not None}, "source": note}
