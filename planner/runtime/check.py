@@ -8,7 +8,6 @@ comes back.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -39,7 +38,6 @@ class CheckResult:
     num_params_checked: int
     """Distinct parameters compared (over all ranks, a tied weight once)."""
     num_reference_params: int
-    wall_s: float
 
 
 def _reference_step(model: Any, opt: torch.optim.Optimizer, inputs: torch.Tensor,
@@ -55,7 +53,6 @@ def _reference_step(model: Any, opt: torch.optim.Optimizer, inputs: torch.Tensor
 
 def _worker(rank: int, world: int, store_dir: str, plan_dict: dict, factory: ModelFactory,
             opts: dict[str, Any], steps: int) -> dict[str, Any]:
-    start = time.perf_counter()
     plan = Plan.from_dict(plan_dict)
     init_world(store_dir, "plan", rank, world)
     lr, opt_name = opts.get("lr", 1e-4), opts.get("optimizer", "adamw")
@@ -90,8 +87,7 @@ def _worker(rank: int, world: int, store_dir: str, plan_dict: dict, factory: Mod
     dist.all_gather_object(everyone, sorted(checked))
     covered = {tuple(k) for keys in everyone for k in keys}
     return {"max_grad_diff": float(diff), "loss": losses, "reference_loss": ref_losses,
-            "params": len(covered), "reference_params": len(list(ref.parameters())),
-            "wall_s": time.perf_counter() - start}
+            "params": len(covered), "reference_params": len(list(ref.parameters()))}
 
 
 def check_plans(jobs: list[tuple[Plan, ModelFactory, dict[str, Any]]], steps: int = 2,
@@ -108,13 +104,11 @@ def check_plans(jobs: list[tuple[Plan, ModelFactory, dict[str, Any]]], steps: in
     """
     results = []
     for plan, factory, opts in jobs:
-        per_rank = run_local(_worker, len(plan.ranks), plan.to_dict(), factory, opts, steps,
-                             start_method=start_method)
-        r0 = per_rank[0]
+        r0 = run_local(_worker, len(plan.ranks), plan.to_dict(), factory, opts, steps,
+                       start_method=start_method)[0]
         results.append(CheckResult(
             max_grad_diff=r0["max_grad_diff"], loss=r0["loss"], reference_loss=r0["reference_loss"],
             max_loss_diff=max(abs(a - b) for a, b in zip(r0["loss"], r0["reference_loss"],
                                                          strict=True)),
-            num_params_checked=r0["params"], num_reference_params=r0["reference_params"],
-            wall_s=max(r["wall_s"] for r in per_rank)))
+            num_params_checked=r0["params"], num_reference_params=r0["reference_params"]))
     return results

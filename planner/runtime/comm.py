@@ -11,7 +11,7 @@ stream per group).
 
 from __future__ import annotations
 
-from collections import defaultdict, deque
+from collections import deque
 from collections.abc import Iterable
 
 import torch
@@ -59,7 +59,6 @@ class Channel:
         # Created by every rank in the same order (collective).
         self.up = dist.new_group(world)
         self.down = dist.new_group(world)
-        self.counts: dict[str, int] = defaultdict(int)
 
     def _group(self, src: int, dst: int) -> dist.ProcessGroup:
         return self.up if self.to_torch[src] < self.to_torch[dst] else self.down
@@ -77,7 +76,6 @@ class Channel:
         peer = self.to_torch[dst]
         for t in (header.to(self.device), data):
             self.pending.append((dist.isend(t, dst=peer, group=group), t))
-        self.counts["sent"] += 1
 
     def recv(self, msg: MessageId, src: int) -> torch.Tensor:
         if src == self.rank:
@@ -100,7 +98,6 @@ class Channel:
         shape = [int(x) for x in header[2:2 + int(header[1])]]
         data = torch.empty(shape, dtype=_DTYPES[int(header[0])], device=self.device)
         dist.recv(data, src=peer, group=group)
-        self.counts["received"] += 1
         return data
 
     def start_step(self) -> None:

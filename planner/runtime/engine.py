@@ -109,13 +109,12 @@ class Runner:
         wanted = list(tp_groups(plan)) + [g for r in rules.values() for g in r.groups()]
         _agree(sorted(set(wanted)), "the process groups (same model on every rank?)")
         self.groups = make_groups(wanted, to_torch, rank)
-        my_tp = self.view.chunks[0].ranks
-        self.tp_group = self.groups.get(my_tp)
+        my_tp = view.chunks[0].ranks
         mesh = None
         if len(my_tp) > 1:
             from torch.distributed.device_mesh import DeviceMesh
 
-            mesh = DeviceMesh.from_group(self.tp_group, device.type)
+            mesh = DeviceMesh.from_group(self.groups[my_tp], device.type)
 
         last = len(chain) - 1
         self.chunks: list[ChunkModule] = []
@@ -134,7 +133,7 @@ class Runner:
                             self.notes.append(f"sequence_parallel: block {e} lacks attn_norm/"
                                               "attn/mlp_norm/mlp; such blocks run without SP")
                     apply_recompute(m, ch.recompute)
-            self.chunks.append(ChunkModule(ch.index, ch.layers[0], elems, frozenset(sp), mesh))
+            self.chunks.append(ChunkModule(elems, frozenset(sp), mesh))
 
         # Parameters are named after TP (which swaps in DTensor parameters, same names);
         # a tied weight held twice on this rank is one parameter under one key.

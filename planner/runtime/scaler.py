@@ -22,7 +22,6 @@ class LossScaler:
         self.scale = init_scale
         self.growth_interval = growth_interval
         self._clean = 0
-        self.skipped = 0
 
     @torch.no_grad()
     def unscale_or_skip(self, grads: list[torch.Tensor], device: torch.device) -> bool:
@@ -37,7 +36,6 @@ class LossScaler:
         if bad.item():
             self.scale /= 2.0
             self._clean = 0
-            self.skipped += 1
             return False
         for g in local:
             g.mul_(1.0 / self.scale)

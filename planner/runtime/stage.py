@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -23,7 +23,6 @@ from torch.utils.checkpoint import checkpoint
 from planner.errors import HetplanError
 
 __all__ = [
-    "ChainModel",
     "ChunkModule",
     "ParamKey",
     "ParamLayout",
@@ -37,12 +36,6 @@ __all__ = [
 
 ParamKey = tuple[int, str]
 """(chain element, parameter name inside it) where a parameter first appears in the chain."""
-
-
-class ChainModel(Protocol):
-    embed: nn.Module
-    layers: Any
-    head: nn.Module
 
 
 def chain_of(model: Any) -> list[nn.Module]:
@@ -156,8 +149,6 @@ def apply_recompute(block: nn.Module, mode: str) -> None:
 class ChunkModule:
     """The chain elements of one chunk, applied in order."""
 
-    index: int
-    start: int
     elements: list[nn.Module]
     sequence_parallel: frozenset[int] = frozenset()
     """Positions in `elements` of blocks that run sequence-parallel over `mesh`."""
