@@ -17,8 +17,6 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-import torch
-
 from planner.errors import HetplanError
 from planner.graph.spec import ModelSpec
 from planner.schema import Plan
@@ -121,11 +119,7 @@ def dryrun(plan: Plan, *, steps: int = 3, max_ranks: int = 16,
 
     if plan.model is None:
         raise HetplanError("the plan carries no model spec; dryrun needs one")
-    from planner.runtime.training import runtime_notes
-
     small, notes = shrink_plan(plan, max_ranks)
-    notes += [n for n in runtime_notes(plan, torch.device("cpu"))[0]
-              if not n.startswith("precision")]
     spec = tiny_spec(plan.model, small)
     factory = functools.partial(build_model, spec, device="cpu")
     opts = {"seq_len": spec.seq_len, "vocab_size": spec.vocab_size}
