@@ -125,16 +125,13 @@ def train(plan: Plan, *, steps: int, model_factory: Callable[[], Any] | None = N
     else:
         model, layout = build_for_rank(spec_of(plan), plan, plan_rank, seed=seed)
     notes, autocast = runtime_notes(plan, device)
-    if log is not None and dist.get_rank() == 0:
-        for note in notes:
-            log(f"note: {note}")
     runner = Runner(plan, plan_rank, to_torch, model, device, optimizer=optimizer, lr=lr,
                     autocast=autocast, layout=layout,
                     loss_scale=2.0**16 if autocast == torch.float16 else None,
                     max_grad_norm=max_grad_norm)
     notes += runner.notes
     if log is not None and dist.get_rank() == 0:
-        for note in runner.notes:
+        for note in notes:
             log(f"note: {note}")
     next_batch = _batches(plan, data_loader, seed)
     losses, times = [], []
