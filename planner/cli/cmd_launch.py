@@ -22,12 +22,11 @@ def launch(
     json_out: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
     """Write one torchrun script per node (and ranks.tsv) for a plan."""
-    from planner.runtime.launch import node_scripts, write_scripts
+    from planner.runtime.launch import write_scripts
     from planner.schema import Plan
 
     plan = Plan.load(plan_file)
-    write_scripts(plan, out_dir)
-    scripts = node_scripts(plan)
+    scripts = write_scripts(plan, out_dir)
     if json_out:
         print_json({"out_dir": str(out_dir), "world_size": len(plan.ranks), "nodes": [
             {"node": s.node, "node_rank": s.node_rank, "nproc_per_node": s.nproc,

@@ -69,22 +69,20 @@ exec torchrun --nnodes {len(nodes)} --node-rank {node_rank} --nproc-per-node {np
     return out
 
 
-def write_scripts(plan: Plan, out_dir: str | Path) -> list[Path]:
-    """plan.json, one executable script per node and ranks.tsv into `out_dir`."""
+def write_scripts(plan: Plan, out_dir: str | Path) -> list[NodeScript]:
+    """plan.json, one executable script per node and ranks.tsv into `out_dir`; returns the
+    scripts written (file names relative to `out_dir`)."""
     d = Path(out_dir)
     d.mkdir(parents=True, exist_ok=True)
     plan.save(d / "plan.json")
     scripts = node_scripts(plan)
-    paths = [d / "plan.json"]
     for s in scripts:
         p = d / s.filename
         p.write_text(s.text)
         p.chmod(0o755)
-        paths.append(p)
     lines = ["plan_rank\tnode\tnode_rank\tlocal_rank\ttorch_rank"]
     for s in scripts:
         for local, (pr, tr) in enumerate(zip(s.plan_ranks, s.torch_ranks, strict=True)):
             lines.append(f"{pr}\t{s.node}\t{s.node_rank}\t{local}\t{tr}")
     (d / "ranks.tsv").write_text("\n".join(lines) + "\n")
-    paths.append(d / "ranks.tsv")
-    return paths
+    return scripts
