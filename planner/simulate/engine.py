@@ -134,22 +134,8 @@ def simulate(chunks: Sequence[StageTiming], microbatches: int, schedule: str = "
                 g = bwd_end[c + 1][i]
                 events.append(Event(nxt, "send_grad", i, c + 1, g, g + send_s[c]))
     bubble = 1.0 - sum(busy) / (s_count * pipeline_s) if pipeline_s > 0 else 0.0
-    return Timeline(
-        makespan_s=makespan,
-        bubble_fraction=bubble,
-        busy_s=tuple(busy),
-        events=tuple(events),
-        max_inflight=tuple(_max_inflight(o) for o in orders),
-        pipeline_s=pipeline_s,
-        num_devices=s_count,
-        num_chunks=n_chunks,
-        microbatches=m,
-        schedule=schedule,
-        virtual_stages=v,
-        chunks=tuple(chunks),
-        dp_sync_s=tuple(sync),
-        optimizer_s=tuple(opt),
-    )
+    return _timeline(chunks, s_count, v, m, schedule, orders, sync, opt, makespan_s=makespan,
+                     pipeline_s=pipeline_s, bubble=bubble, busy=tuple(busy), events=events)
 
 
 def with_events(timeline: Timeline) -> Timeline:
@@ -174,15 +160,26 @@ def _closed_form(chunks: Sequence[StageTiming], s_count: int, v: int, m: int, sc
     chunk = chunks[0]
     per_device_s = v * (chunk.fwd_s + chunk.bwd_s)
     pipeline_s = uniform_makespan_s(v * chunk.fwd_s, v * chunk.bwd_s, s_count, m, v)
+    bubble = 1.0 - m * per_device_s / pipeline_s if pipeline_s > 0 else 0.0
+    return _timeline(chunks, s_count, v, m, schedule, orders, sync, opt, makespan_s=pipeline_s,
+                     pipeline_s=pipeline_s, bubble=bubble, busy=(m * per_device_s,) * s_count,
+                     events=())
+
+
+def _timeline(chunks: Sequence[StageTiming], s_count: int, v: int, m: int, schedule: str,
+              orders: list[list[tuple[bool, int, int]]], sync: list[float], opt: list[float],
+              *, makespan_s: float, pipeline_s: float, bubble: float,
+              busy: tuple[float, ...], events: Sequence[Event]) -> Timeline:
+    """The Timeline both paths return: their results plus the inputs it is rebuilt from."""
     return Timeline(
-        makespan_s=pipeline_s,
-        bubble_fraction=1.0 - m * per_device_s / pipeline_s if pipeline_s > 0 else 0.0,
-        busy_s=(m * per_device_s,) * s_count,
-        events=(),
+        makespan_s=makespan_s,
+        bubble_fraction=bubble,
+        busy_s=busy,
+        events=tuple(events),
         max_inflight=tuple(_max_inflight(o) for o in orders),
         pipeline_s=pipeline_s,
         num_devices=s_count,
-        num_chunks=s_count * v,
+        num_chunks=len(chunks),
         microbatches=m,
         schedule=schedule,
         virtual_stages=v,
