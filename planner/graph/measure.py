@@ -59,7 +59,6 @@ def _tensor_bytes(t: torch.Tensor) -> int:
 class RegionStats:
     """What one chain element did in one forward + backward (batch of 1 sequence)."""
 
-    fwd_flops: float = 0.0
     fwd_matmul_flops: float = 0.0
     fwd_attention_flops: float = 0.0
     fwd_memory_bytes: float = 0.0
@@ -74,6 +73,11 @@ class RegionStats:
     ops: list[dict[str, Any]] = field(default_factory=list)
     """Forward ops in order: {op, flops, bytes, kind, inputs: [(region, op_index, bytes)]}."""
     output_op: int | None = None
+
+    @property
+    def fwd_flops(self) -> float:
+        """Every forward FLOP here is a matmul's (FlopCounterMode counts nothing else)."""
+        return self.fwd_matmul_flops
 
 
 class Recorder:
@@ -284,8 +288,6 @@ def measure_regions(
         if traced != counter.get_total_flops():
             raise RuntimeError(f"op trace counted {traced} FLOPs, FlopCounterMode "
                                f"{counter.get_total_flops()}")
-        for st in rec.stats:
-            st.fwd_flops = st.fwd_matmul_flops
         first = rec.boundaries.get(0)
         grad_out = torch.ones_like(out)
         if first is not None and first.requires_grad:
