@@ -98,6 +98,6 @@ def build_model(spec: ModelSpec, *, device: str | torch.device = "meta",
                 attn_impl: AttentionImpl = "sdpa", dropout: float = 0.0) -> ChainModel:
     """The whole model as a ChainModel (tied embeddings share one Parameter)."""
     kwargs = dict(device=device, dtype=dtype, seed=seed, attn_impl=attn_impl, dropout=dropout)
-    elements = [build_element(spec, i, **kwargs) for i in range(spec.num_layers + 2)]
+    elements = [build_element(spec, i, **kwargs) for i in range(spec.num_chain_layers)]
     return ChainModel(elements[0], elements[1:-1], elements[-1],
                       tie_embeddings=spec.tie_embeddings)
