@@ -11,11 +11,10 @@ from typing import Annotated, Any
 
 import typer
 from rich import box
-from rich.console import Console
 from rich.table import Table
 
 from planner.cli.main import app
-from planner.cli.output import console, print_json
+from planner.cli.output import console, print_json, wide_console
 
 __all__ = ["compare", "duration"]
 
@@ -67,9 +66,7 @@ def compare(
     if json_out:
         print_json([r.to_dict() for r in rows])
         return
-    # Wider than a pipe's default 80 columns: GPU names and money are not cut.
-    Console(file=console.file, width=max(console.width, 150)).print(
-        _table(rows, _model_name(graph, model), train_tokens))
+    wide_console(150).print(_table(rows, _model_name(graph, model), train_tokens))
     for r in rows:
         if not r.feasible:
             console.print(f"[yellow]{r.cluster}[/]: no plan: {r.problem}")

@@ -6,13 +6,12 @@ from typing import Any
 
 import typer
 from rich import box
-from rich.console import Console
 from rich.table import Table
 
 from cost_models.catalog import all_gpus, get_gpu
 from cost_models.gpu import DTYPES, GpuSpec
 from planner.cli.main import app
-from planner.cli.output import console, print_json
+from planner.cli.output import console, print_json, wide_console
 from planner.errors import HetplanError
 
 __all__ = ["gpu_record", "gpus"]
@@ -122,7 +121,5 @@ def gpus(
     elif name is not None:
         console.print(_detail(specs[0]))
     else:
-        # The table needs ~110 columns; a narrower (or piped, 80-column) console would cut
-        # the numbers to "1…", so print it at full width and let the terminal wrap instead.
-        wide = Console(file=console.file, width=max(console.width, _TABLE_WIDTH))
-        wide.print(_table(specs))
+        # The table needs ~110 columns; a narrower console would cut the numbers to "1…".
+        wide_console(_TABLE_WIDTH).print(_table(specs))

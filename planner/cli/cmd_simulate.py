@@ -12,11 +12,10 @@ from typing import Annotated, Any
 
 import typer
 from rich import box
-from rich.console import Console
 from rich.table import Table
 
 from planner.cli.main import app
-from planner.cli.output import console, print_json
+from planner.cli.output import console, print_json, wide_console
 
 __all__ = ["simulate", "simulate_plan"]
 
@@ -70,9 +69,7 @@ def simulate(
             "pictures": [str(p) for p in written],
         })
         return
-    # Wider than a pipe's default 80 columns, so GPU names and numbers are not cut.
-    Console(file=console.file, width=max(console.width, 110)).print(
-        _table(plan, est, timelines, title))
+    wide_console(110).print(_table(plan, est, timelines, title))
     for path in written:
         console.print(f"wrote {path}")
 

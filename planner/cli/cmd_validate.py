@@ -12,11 +12,10 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from planner.cli.main import app
-from planner.cli.output import console, print_json
+from planner.cli.output import print_json, wide_console
 
 __all__ = ["validate"]
 
@@ -42,11 +41,10 @@ def validate(
         print(f"no measurement data at {folder}; pass --data-dir")
         return
     results = run_all(folder)
-    # Wider than a pipe's default 80 columns, so file names and targets are not cut.
-    out = Console(file=console.file, width=max(console.width, 150))
     if json_out:
         print_json({mode: [r.to_dict() for r in reps] for mode, reps in results.items()})
         return
+    out = wide_console(150)  # file names and targets are not cut
     for mode, reps in results.items():
         t = Table(title=f"accuracy ({mode})")
         for col in ("file", "group", "rows", "quantity", "MAPE", "Spearman", "top-1 regret",
