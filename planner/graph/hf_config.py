@@ -27,17 +27,17 @@ class _GptKeys:
     layers: str
     heads: str
     ffn: str
-    ffn_defaults_to_4h: bool  # absent/null ffn field → 4 × hidden (else the field is required)
+    ffn_required: bool  # else an absent/null/0 ffn field means ModelSpec's default
     seq_len: str
     norm_eps: str | None  # None: the config has no epsilon; ModelSpec's default applies
 
 
 _GPT_LIKE = {
-    "gpt2": _GptKeys("n_embd", "n_layer", "n_head", "n_inner", True, "n_positions",
+    "gpt2": _GptKeys("n_embd", "n_layer", "n_head", "n_inner", False, "n_positions",
                      "layer_norm_epsilon"),
-    "gpt_neo": _GptKeys("hidden_size", "num_layers", "num_heads", "intermediate_size", True,
+    "gpt_neo": _GptKeys("hidden_size", "num_layers", "num_heads", "intermediate_size", False,
                         "max_position_embeddings", "layer_norm_epsilon"),
-    "opt": _GptKeys("hidden_size", "num_hidden_layers", "num_attention_heads", "ffn_dim", False,
+    "opt": _GptKeys("hidden_size", "num_hidden_layers", "num_attention_heads", "ffn_dim", True,
                     "max_position_embeddings", None),
 }
 
@@ -52,10 +52,10 @@ def _need(data: dict[str, Any], key: str, where: str) -> Any:
     return data[key]
 
 
-def _gpt_ffn(data: dict[str, Any], keys: _GptKeys, hidden: Any, where: str) -> Any:
-    if not keys.ffn_defaults_to_4h:
+def _gpt_ffn(data: dict[str, Any], keys: _GptKeys, where: str) -> Any:
+    if keys.ffn_required:
         return _need(data, keys.ffn, where)
-    return data.get(keys.ffn) or (4 * hidden if isinstance(hidden, int) else None)
+    return data.get(keys.ffn) or None  # None: ModelSpec fills its gpt default, 4 × hidden
 
 
 def from_hf_config(data: dict[str, Any], where: str, *, default_name: str) -> dict[str, Any]:
@@ -90,7 +90,7 @@ def from_hf_config(data: dict[str, Any], where: str, *, default_name: str) -> di
             "hidden_size": hidden,
             "num_layers": _need(data, keys.layers, where),
             "num_attention_heads": _need(data, keys.heads, where),
-            "ffn_hidden_size": _gpt_ffn(data, keys, hidden, where),
+            "ffn_hidden_size": _gpt_ffn(data, keys, where),
             "vocab_size": _need(data, "vocab_size", where),
             "seq_len": _need(data, keys.seq_len, where),
             "tie_embeddings": bool(data.get("tie_word_embeddings", True)),
