@@ -8,7 +8,6 @@ import typer
 from rich import box
 from rich.table import Table
 
-from cost_models.catalog import all_gpus, get_gpu
 from cost_models.gpu import DTYPES, GpuSpec
 from planner.cli.main import app
 from planner.cli.output import console, print_json, wide_console
@@ -109,6 +108,9 @@ def gpus(
     json_out: bool = typer.Option(False, "--json", help="Machine-readable output."),
 ) -> None:
     """List the GPU catalog: memory, bandwidth, dense peaks per dtype, links, prices, sources."""
+    # Here, not at the top: every command imports this module at start-up (yaml, catalog).
+    from cost_models.catalog import all_gpus, get_gpu
+
     if name is not None:
         try:
             specs: tuple[GpuSpec, ...] = (get_gpu(name),)
