@@ -24,7 +24,6 @@ from planner.search.engine import (
     _INTERLEAVE_TOP,
     _LARGE_CLUSTER,
     _MAX_WORK,
-    _SMALL_CLUSTER,
     OBJECTIVES,
     Search,
     default_batch,
@@ -50,6 +49,9 @@ def _reduced_notes(search: Search) -> tuple[str, ...]:
     if search.skipped_work:
         out.append(f"{search.skipped_work} shapes skipped: their program would exceed "
                    f"{_MAX_WORK:.0e} steps even at the largest TP unit")
+    if search.skipped_same_budget:
+        out.append(f"{search.skipped_same_budget} shapes skipped: fewer replicas of the same "
+                   "per-pipeline budget than a shape searched")
     return tuple(out)
 
 
@@ -91,10 +93,23 @@ def plan(model: Any, cluster: Any, *, global_batch_size: int | None = None,
                      profiles=profiles, progress=progress)
     raw = search.run(sizes, scheds)
     raw.sort(key=lambda r: (r[0], repr(r[1])))
-    small = len(raw) <= _COST_ALL_BELOW and sum(search.gpus) <= _SMALL_CLUSTER
+    small = len(raw) <= _COST_ALL_BELOW and search.small
     chosen = raw if small else raw[:max(_COST_TOP, 2 * top_k)]
     costed: list[tuple[tuple, Plan, Estimate]] = []
     seen: set[tuple] = set()
+
+    def consider(p: Plan) -> None:
+        """Re-cost `p` once; keep it when feasible and within the budget."""
+        key = plan_key(p)
+        if key in seen:
+            return
+        seen.add(key)
+        est = estimate(graph, cluster, p, profiles=profiles)
+        if est.feasible and (budget_usd_per_hour is None or (
+                est.usd_per_hour is not None
+                and est.usd_per_hour <= budget_usd_per_hour + 1e-9)):
+            costed.append((search.rank_key(est, p), p, est))
+
     for rank, entry in enumerate(chosen):
         variants = search.plans(entry)
         if "interleaved" in wanted and rank < _INTERLEAVE_TOP:
@@ -102,29 +117,10 @@ def plan(model: Any, cluster: Any, *, global_batch_size: int | None = None,
         if "1f1b" not in wanted:
             variants = [q for q in variants if q.schedule != "1f1b"]
         for p in variants:
-            key = plan_key(p)
-            if key in seen:
-                continue
-            seen.add(key)
-            est = estimate(graph, cluster, p, profiles=profiles)
-            if not est.feasible:
-                continue
-            if budget_usd_per_hour is not None and (
-                    est.usd_per_hour is None or est.usd_per_hour > budget_usd_per_hour + 1e-9):
-                continue
-            costed.append((search.rank_key(est, p), p, est))
+            consider(p)
     for seed in megatron_layouts(graph, cluster, gbs, sizes, len(graph.layers)):
         # Embed the same specs as the search's own plans (self-contained plan files).
-        p = Plan.model_validate({**seed.to_dict(), "model": spec, "cluster": cluster.spec})
-        key = plan_key(p)
-        if key in seen:
-            continue
-        seen.add(key)
-        est = estimate(graph, cluster, p, profiles=profiles)
-        if est.feasible and (budget_usd_per_hour is None or (
-                est.usd_per_hour is not None
-                and est.usd_per_hour <= budget_usd_per_hour + 1e-9)):
-            costed.append((search.rank_key(est, p), p, est))
+        consider(Plan.model_validate({**seed.to_dict(), "model": spec, "cluster": cluster.spec}))
     if not costed:
         raise explain_infeasible(graph, cluster, search, sizes, budget_usd_per_hour)
     costed.sort(key=lambda c: c[0])
@@ -135,9 +131,6 @@ def plan(model: Any, cluster: Any, *, global_batch_size: int | None = None,
                         seconds=time.perf_counter() - start,
                         exact=(search.exact and not search.skipped_same_budget
                                and not search.skipped_mixed),
-                        notes=tuple(search.notes) + _reduced_notes(search) + (
-                            (f"{search.skipped_same_budget} shapes skipped: fewer replicas "
-                             "of the same per-pipeline budget than a shape searched",)
-                            if search.skipped_same_budget else ()))
+                        notes=_reduced_notes(search))
     return SearchResult(best=plans[0], candidates=plans, estimates=tuple(e for _, _, e in top),
                         stats=stats)

@@ -95,7 +95,6 @@ class Search:
         self.prices = [g.price_per_gpu_hour for g in cluster.groups]
         self.costs: dict[tuple[int, int, int], OptionCosts] = {}
         self.shapes = self.pruned = self.programs = 0
-        self.notes: list[str] = []
         self.exact = True
         self.incumbent = math.inf
         self.state_bytes = state_bytes_per_param(precision)
