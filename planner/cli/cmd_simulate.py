@@ -22,22 +22,12 @@ __all__ = ["simulate", "simulate_plan"]
 
 def simulate_plan(plan_path: str | Path) -> tuple[Any, Any, tuple[Any, ...]]:
     """(plan, estimate, timelines with events) for a plan file."""
-    from pydantic import ValidationError
-
-    from planner.cluster import cluster_from_dict
     from planner.costing import estimate
-    from planner.graph import load_model
-    from planner.graph.spec import ModelSpec, spec_error_from_validation
     from planner.schema import Plan
     from planner.simulate import with_events
 
     plan = Plan.load(plan_path)
-    try:
-        spec = ModelSpec.model_validate(plan.model)
-    except ValidationError as exc:
-        raise spec_error_from_validation(exc, f"{plan_path}: model") from None
-    cluster = cluster_from_dict(plan.cluster, f"{plan_path}: cluster")
-    est = estimate(load_model(spec), cluster, plan)
+    est = estimate(None, None, plan)  # the model and cluster the plan embeds
     timelines = est.timeline if isinstance(est.timeline, tuple) else (est.timeline,)
     return plan, est, tuple(with_events(t) for t in timelines)
 
