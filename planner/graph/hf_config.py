@@ -72,7 +72,8 @@ def from_hf_config(data: dict[str, Any], where: str, *, default_name: str) -> di
             "hidden_size": _need(data, "hidden_size", where),
             "num_layers": _need(data, "num_hidden_layers", where),
             "num_attention_heads": heads,
-            "num_kv_heads": data.get("num_key_value_heads") or heads,
+            # None: ModelSpec's default, one KV head per attention head (no GQA).
+            "num_kv_heads": data.get("num_key_value_heads") or None,
             "ffn_hidden_size": _need(data, "intermediate_size", where),
             "vocab_size": _need(data, "vocab_size", where),
             "seq_len": _need(data, "max_position_embeddings", where),
