@@ -17,10 +17,9 @@ from planner.cluster.model import Cluster
 from planner.costing.megatron import megatron_plan
 from planner.errors import HetplanError
 from planner.schema import Plan
+from planner.search.tables import RECOMPUTE
 
 __all__ = ["megatron_layouts"]
-
-_RECOMPUTE = ("none", "selective", "full")
 
 
 def megatron_layouts(model: Any, cluster: Cluster, gbs: int, sizes: list[int],
@@ -38,7 +37,7 @@ def megatron_layouts(model: Any, cluster: Cluster, gbs: int, sizes: list[int],
             for b in sizes:
                 if gbs % (dp * b) or gbs // (dp * b) < pp:
                     continue
-                for rc in _RECOMPUTE:
+                for rc in RECOMPUTE:
                     try:
                         yield megatron_plan(model, cluster, tp=tp, pp=pp, dp=dp, micro_batch=b,
                                             global_batch=gbs, recompute=rc, zero1=dp > 1)
