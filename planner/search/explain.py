@@ -31,13 +31,13 @@ def explain_infeasible(graph: LayerGraph, cluster: Cluster, search: Any, sizes: 
         need = min(float(c.memory_gib(2, 1, cluster.world_size)[idx, idx + 1]) for c in opts)
         if need > best_layer:
             best_layer, worst_name = need, layer.name
-    state = (graph.params * state_bytes_per_param(search.precision) / cluster.world_size / GIB
-             + FRAMEWORK_OVERHEAD_GIB)
+    per_param = state_bytes_per_param(search.precision)
+    state = graph.params * per_param / cluster.world_size / GIB + FRAMEWORK_OVERHEAD_GIB
     floor_gib = max(best_layer, state)
     if floor_gib > biggest:
         why = (f"layer {worst_name} alone needs {best_layer:.1f} GiB" if best_layer >= state
-               else f"the model state ({graph.params / 1e9:.2f} B parameters × 16 B) over all "
-                    f"{cluster.world_size} GPUs needs {state:.1f} GiB each")
+               else f"the model state ({graph.params / 1e9:.2f} B parameters × {per_param:.0f} B) "
+                    f"over all {cluster.world_size} GPUs needs {state:.1f} GiB each")
         return InfeasibleError(
             f"no plan fits in memory: the smallest memory per GPU any split reaches is "
             f"{floor_gib:.1f} GiB ({why}); the largest GPU has {biggest:.1f} GiB; "
