@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from cost_models.memory import inflight_microbatches
 from planner.search.stage_arrays import Fit, mode_at, most_inflight, stage_weights
 from planner.search.tables import OptionCosts
 
@@ -88,10 +89,6 @@ class Template:
         return tuple((s.start, s.end, s.option, s.recompute) for s in self.stages)
 
 
-def _inflight(schedule: str, k: int, m: int) -> int:
-    return m if schedule == "gpipe" else min(k, m)
-
-
 class _Program:
     """Arrays shared by every cap of one `solve` call."""
 
@@ -118,7 +115,8 @@ class _Program:
         # C-order array about twice as fast as a middle one) and the finite box of every
         # range. Under 1F1B position k holds min(k, m) micro-batches, so positions share
         # arrays; what fits per in-flight count is known once per search (`fits`).
-        self.flight = [0, *(_inflight(schedule, k, m) for k in range(1, self.s_max + 1))]
+        self.flight = [0, *(int(inflight_microbatches(schedule, k, 0, m))
+                             for k in range(1, self.s_max + 1))]
         distinct = list(dict.fromkeys(self.flight[1:]))
         self.fit: list[Fit] = []
         self.w_ji: list[list[np.ndarray]] = []
