@@ -49,9 +49,9 @@ _MAX_WORK = 2e7
 _NEAR = 0.5
 """Small clusters: also re-cost every pipeline within 50 % of the program's best objective."""
 _SMALL_CLUSTER = 8
+"""Up to this many GPUs every bottleneck cap is tried and every candidate re-costed."""
 _LARGE_CLUSTER = 256
 """Above this many GPUs, pipelines stay on one GPU group (heterogeneous DP across groups)."""
-"""Up to this many GPUs every bottleneck cap is tried and every candidate re-costed."""
 
 
 def plan_key(p: Plan) -> tuple:
@@ -251,12 +251,10 @@ class Search:
             classes = self.solve_shape(b, schedule, island, d)
             found.setdefault((b, schedule), {}).setdefault(island, []).extend(classes)
             total_mb = self.gbs // b
-            fresh = []
-            for cls in classes:
-                counts = [total_mb // d + (1 if r < total_mb % d else 0) for r in range(d)]
-                fresh.append((objective(cls.template, -(-total_mb // d)),
-                              (b, schedule, island, d, cls.template.key()),
-                              b, schedule, (cls,), tuple(counts)))
+            counts = tuple(total_mb // d + (1 if r < total_mb % d else 0) for r in range(d))
+            fresh = [(objective(cls.template, -(-total_mb // d)),
+                      (b, schedule, island, d, cls.template.key()), b, schedule, (cls,), counts)
+                     for cls in classes]
             raw.extend(fresh)
             if fresh and min(f[0] for f in fresh) < best_score:
                 best_score = min(f[0] for f in fresh)
@@ -272,7 +270,7 @@ class Search:
         """Add heterogeneous plans (classes on disjoint islands) to `raw`; returns the new."""
         seen = {r[1] for r in raw}
         new = []
-        exhaustive = sum(self.gpus) <= _SMALL_CLUSTER
+        exhaustive = self.small
         for b, schedule in self.steps:
             total_mb = self.gbs // b
             if exhaustive:
