@@ -31,13 +31,15 @@ def pareto_front(costs: Sequence[float | None], throughputs: Sequence[float]) ->
     front: list[int] = []
     best = float("-inf")
     prev: int | None = None
+    prev_kept = False
     for i in order:
         tied = prev is not None and costs[i] == costs[prev] and throughputs[i] == throughputs[prev]
-        if throughputs[i] > best or (tied and prev in front):
+        kept = throughputs[i] > best or (tied and prev_kept)
+        if kept:
             front.append(i)
         if throughputs[i] > best:
             best = throughputs[i]
-        prev = i
+        prev, prev_kept = i, kept
     return front
 
 
