@@ -60,12 +60,11 @@ def tiny_spec(model: dict[str, Any], plan: Plan) -> ModelSpec:
     gqa = spec.num_kv_heads < spec.num_attention_heads
     heads = 2 * base if gqa else base
     hidden = heads * HEAD_DIM
-    data = spec.model_dump(mode="json")
-    data.update(hidden_size=hidden, num_attention_heads=heads,
-                num_kv_heads=base if gqa else heads,
-                ffn_hidden_size=(4 if spec.architecture == "gpt" else 3) * hidden,
-                vocab_size=VOCAB, seq_len=max(SEQ_LEN, 8 * base), name=f"{spec.name}-dryrun")
-    return ModelSpec.from_dict(data, where="dryrun model")
+    return spec.replace(hidden_size=hidden, num_attention_heads=heads,
+                        num_kv_heads=base if gqa else heads,
+                        ffn_hidden_size=(4 if spec.architecture == "gpt" else 3) * hidden,
+                        vocab_size=VOCAB, seq_len=max(SEQ_LEN, 8 * base),
+                        name=f"{spec.name}-dryrun")
 
 
 def _shape(pipe: Any) -> tuple[Any, ...]:
