@@ -106,7 +106,7 @@ class Runner:
 
         # Collective: every rank creates every group in one order. Ranks that disagree on the
         # list (a model factory that differs between ranks) would hang in new_group instead.
-        wanted = list(tp_groups(plan)) + [g for r in rules.values() for g in r.groups()]
+        wanted = list(tp_groups(plan)) + [g for r in rules.values() for g in r.groups]
         _agree(sorted(set(wanted)), "the process groups (same model on every rank?)")
         self.groups = make_groups(wanted, to_torch, rank)
         my_tp = view.chunks[0].ranks

@@ -16,6 +16,7 @@ Who holds a parameter: one TP group per pipeline (two for a tied weight split ac
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import torch
 import torch.distributed as dist
@@ -35,18 +36,21 @@ class SyncRule:
     holders: tuple[tuple[int, ...], ...]
     """The TP groups holding the parameter (over all pipelines and tied copies), sorted."""
 
-    @property
+    # Cached: sync_gradients asks for every parameter on every step.
+    @cached_property
     def uniform(self) -> bool:
         return len({len(g) for g in self.holders}) == 1
 
-    def groups(self) -> list[tuple[int, ...]]:
+    @cached_property
+    def groups(self) -> tuple[tuple[int, ...], ...]:
         """Every all-reduce group this rule can use (on any rank)."""
         if self.uniform:
-            return [tuple(sorted(g[i] for g in self.holders)) for i in range(len(self.holders[0]))]
-        return [tuple(sorted({r for g in self.holders for r in g}))]
+            return tuple(tuple(sorted(g[i] for g in self.holders))
+                         for i in range(len(self.holders[0])))
+        return (tuple(sorted({r for g in self.holders for r in g})),)
 
     def group_for(self, rank: int) -> tuple[int, ...]:
-        for g in self.groups():
+        for g in self.groups:
             if rank in g:
                 return g
         raise ValueError(f"rank {rank} does not hold this parameter")
