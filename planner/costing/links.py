@@ -13,13 +13,18 @@ from cost_models.comm import Link, p2p_s, ring_allreduce_s
 from cost_models.efficiency import LINK_EFFICIENCY, LINK_LATENCY_S
 from planner.cluster.model import Node
 
-__all__ = ["intra_link", "nic_link", "p2p_time_s", "ring_time_s"]
+__all__ = ["intra_link", "link_of_kind", "nic_link", "p2p_time_s", "ring_time_s"]
+
+
+def link_of_kind(kind: str | None, gb_per_s: float) -> Link:
+    """An intra-node link of `kind` (nvlink, pcie, ...; unknown kinds count as PCIe) with a
+    datasheet bandwidth of `gb_per_s`, as one participant achieves it."""
+    kind = kind if kind in LINK_EFFICIENCY else "pcie"
+    return Link(gb_per_s * LINK_EFFICIENCY[kind], LINK_LATENCY_S[kind])
 
 
 def intra_link(node: Node) -> Link:
-    g = node.group
-    kind = g.intra_node if g.intra_node in LINK_EFFICIENCY else "pcie"
-    return Link(g.intra_node_gb_per_s * LINK_EFFICIENCY[kind], LINK_LATENCY_S[kind])
+    return link_of_kind(node.group.intra_node, node.group.intra_node_gb_per_s)
 
 
 def nic_link(node: Node, share: float, latency_s: float) -> Link:

@@ -13,12 +13,7 @@ from itertools import accumulate
 
 from cost_models.comm import Link, allreduce_s
 from cost_models.compute import LayerWork, adam_step_s, gemm_s, layer_compute_s, memory_s
-from cost_models.efficiency import (
-    KERNELS_PER_BLOCK_FWD,
-    LINK_EFFICIENCY,
-    LINK_LATENCY_S,
-    compute_constants,
-)
+from cost_models.efficiency import KERNELS_PER_BLOCK_FWD, compute_constants
 from cost_models.gpu import GpuSpec
 from cost_models.memory import (
     FRAMEWORK_OVERHEAD_GIB,
@@ -29,6 +24,7 @@ from cost_models.memory import (
 )
 from cost_models.profiles import ProfileSet, default_profiles
 from planner.costing.framework import DEFAULT_FRAMEWORK, Framework
+from planner.costing.links import link_of_kind
 from planner.graph.layers import Layer, LayerGraph
 
 __all__ = ["LayerCostTable", "StageCost", "layer_cost_table", "stage_cost",
@@ -107,10 +103,8 @@ class LayerCostTable:
 
 
 def _intra_link(gpu: GpuSpec, gb_per_s: float | None, kind: str | None) -> Link:
-    kind = kind or gpu.intra_node_link
     bw = gpu.intra_node_gb_per_s if gb_per_s is None else gb_per_s
-    kind = kind if kind in LINK_EFFICIENCY else "pcie"
-    return Link(bw * LINK_EFFICIENCY[kind], LINK_LATENCY_S[kind])
+    return link_of_kind(kind or gpu.intra_node_link, bw)
 
 
 def _layer_costs(layer: Layer, graph: LayerGraph, gpu: GpuSpec, tp: int, mb: int,
