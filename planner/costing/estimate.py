@@ -83,6 +83,7 @@ def estimate(model: Any, cluster: Cluster | None, plan: Plan, *,
     mb = plan.micro_batch_size
 
     devices: list[list[_Device]] = []
+    pipe_costs: list[list[StageCost]] = []  # per pipeline, chunk costs in layer order
     sends: list[list[float]] = []
     for p, pipe in enumerate(plan.pipelines):
         s_count = len(pipe.stages) // v
@@ -100,6 +101,7 @@ def estimate(model: Any, cluster: Cluster | None, plan: Plan, *,
                 intra_node_gb_per_s=node.group.intra_node_gb_per_s,
                 intra_node_link=node.group.intra_node, profiles=profiles, framework=framework))
             chunk_nodes.append(node)
+        pipe_costs.append(costs)
         sends.append([
             p2p_time_s(costs[j].p2p_bytes, chunk_nodes[j], pipe.stages[j].tp, chunk_nodes[j + 1],
                        latency_s) if j + 1 < len(costs) else 0.0
@@ -120,7 +122,7 @@ def estimate(model: Any, cluster: Cluster | None, plan: Plan, *,
     for p, pipe in enumerate(plan.pipelines):
         devs = devices[p]
         chunks = [_timing(c, j, sends[p], len(devs), framework.p2p_blocking)
-                  for j, c in enumerate(_chunk_costs(devs))]
+                  for j, c in enumerate(pipe_costs[p])]
         opt = [sum(c.optimizer_step_s for c in d.costs) / shard for d in devs]
         exposed = [max(0.0, sync[p][d.index] - sum(c.fwd_s + c.bwd_s for c in d.costs))
                    if overlap_dp else sync[p][d.index] for d in devs]
@@ -167,15 +169,6 @@ def _timing(c: StageCost, j: int, sends: list[float], s_count: int,
     comm = sends[j] + (sends[j - 1] if j > 0 else 0.0)
     return StageTiming(fwd_s=c.fwd_s + comm, bwd_s=c.bwd_s + comm, send_s=0.0,
                        device=j % s_count, recompute_s=min(c.recompute_s, c.bwd_s + comm))
-
-
-def _chunk_costs(devs: list[_Device]) -> list[StageCost]:
-    """Chunk costs back in layer order (chunk j lives on device j % S)."""
-    out: dict[int, StageCost] = {}
-    for d in devs:
-        for j, c in zip(d.chunks, d.costs, strict=True):
-            out[j] = c
-    return [out[j] for j in sorted(out)]
 
 
 def _dp_sync_s(graph: LayerGraph, plan: Plan, devices: list[list[_Device]],
