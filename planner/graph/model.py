@@ -4,21 +4,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
-import torch
 from torch import nn
 
 from planner.errors import HetplanError
-from planner.graph.extract import extract
+from planner.graph.extract import extract, torch_dtype
 from planner.graph.layers import Layer, LayerGraph
 from planner.graph.load_spec import load_model_spec
-from planner.graph.spec import ModelSpec
+from planner.graph.spec import ModelSpec, Precision
 from planner.graph.user_module import graph_from_module
 
 __all__ = ["Model", "from_module", "load_model"]
 
-_PRECISION_OF = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
+_PRECISION_OF = {torch_dtype(p): p for p in get_args(Precision)}
 
 
 @dataclass(frozen=True, slots=True)
