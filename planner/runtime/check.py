@@ -14,10 +14,10 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from torch.distributed.tensor import DTensor
 
 from planner.runtime.data import synthetic_batch
 from planner.runtime.engine import Runner, make_optimizer
+from planner.runtime.grads import full_tensor
 from planner.runtime.local import init_world, run_local
 from planner.runtime.stage import chain_of, loss_of
 from planner.schema import Plan
@@ -67,7 +67,7 @@ def _worker(rank: int, world: int, store_dir: str, plan_dict: dict, factory: Mod
     def compare(r: Runner) -> None:
         nonlocal worst
         for (e, name), p in r.params:
-            mine = p.grad.full_tensor() if isinstance(p.grad, DTensor) else p.grad
+            mine = full_tensor(p.grad)
             theirs = ref_chain[e].get_parameter(name).grad
             worst = max(worst, float((mine - theirs).abs().max()))
             checked.add((e, name))

@@ -26,7 +26,8 @@ from planner.runtime.stage import ParamKey
 from planner.runtime.topology import element_holders
 from planner.schema import Plan
 
-__all__ = ["SyncRule", "clip_grad_norm", "sync_gradients", "sync_rules"]
+__all__ = ["SyncRule", "clip_grad_norm", "full_tensor", "local_tensor", "sync_gradients",
+           "sync_rules"]
 
 
 @dataclass(frozen=True)
@@ -64,12 +65,14 @@ def sync_rules(plan: Plan, elements: dict[ParamKey, tuple[int, ...]]) -> dict[Pa
     return out
 
 
-def _full(grad: torch.Tensor) -> torch.Tensor:
-    return grad.full_tensor() if isinstance(grad, DTensor) else grad
+def full_tensor(t: torch.Tensor) -> torch.Tensor:
+    """The whole tensor (a TP collective for a DTensor); a plain tensor as it is."""
+    return t.full_tensor() if isinstance(t, DTensor) else t
 
 
-def _local(grad: torch.Tensor) -> torch.Tensor:
-    return grad.to_local() if isinstance(grad, DTensor) else grad
+def local_tensor(t: torch.Tensor) -> torch.Tensor:
+    """This rank's shard of a DTensor (a view); a plain tensor as it is."""
+    return t.to_local() if isinstance(t, DTensor) else t
 
 
 def sync_gradients(params: list[tuple[ParamKey, torch.nn.Parameter]],
@@ -85,7 +88,7 @@ def sync_gradients(params: list[tuple[ParamKey, torch.nn.Parameter]],
         if len(group) == 1:
             continue
         # The gather (a TP collective) runs here, in the same order on every TP rank.
-        flat = _local(p.grad) if rule.uniform else _full(p.grad) / tp
+        flat = local_tensor(p.grad) if rule.uniform else full_tensor(p.grad) / tp
         buckets.setdefault(group, []).append((p, flat, rule.uniform))
     # One all-reduce per group, groups in one global order, so no two ranks wait crosswise.
     for group in sorted(buckets):
@@ -121,11 +124,11 @@ def clip_grad_norm(params: list[tuple[ParamKey, torch.nn.Parameter]],
         g = p.grad
         sharded = isinstance(g, DTensor) and any(pl.is_shard() for pl in g.placements)
         if sharded or tp_index == 0:
-            total += _local(g).double().pow(2).sum()
+            total += local_tensor(g).double().pow(2).sum()
     dist.all_reduce(total)
     norm = float(total.sqrt())
     coef = max_norm / (norm + 1e-6)
     if coef < 1.0:
         for _, p in params:
-            _local(p.grad).mul_(coef)
+            local_tensor(p.grad).mul_(coef)
     return norm

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import torch
 import torch.distributed as dist
-from torch.distributed.tensor import DTensor
+
+from planner.runtime.grads import local_tensor
 
 __all__ = ["LossScaler"]
 
@@ -26,7 +27,7 @@ class LossScaler:
     @torch.no_grad()
     def unscale_or_skip(self, grads: list[torch.Tensor], device: torch.device) -> bool:
         """Unscale `grads` in place and return True, or return False (skip this step)."""
-        local = [g.to_local() if isinstance(g, DTensor) else g for g in grads]
+        local = [local_tensor(g) for g in grads]
         bad = torch.zeros((), device=device)
         for g in local:
             if not torch.isfinite(g).all():

@@ -14,9 +14,8 @@ from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
-from torch.distributed.tensor import DTensor
 
-from planner.runtime.grads import SyncRule
+from planner.runtime.grads import SyncRule, local_tensor
 from planner.runtime.stage import ParamKey
 
 __all__ = ["ZeroPartition", "broadcast_updates", "partition"]
@@ -30,10 +29,6 @@ class ZeroPartition:
     """(group, owner, keys) in one global order: after the step, owner sends those tensors."""
 
 
-def _local(p: torch.Tensor) -> torch.Tensor:
-    return p.to_local() if isinstance(p, DTensor) else p
-
-
 def partition(params: list[tuple[ParamKey, torch.nn.Parameter]], rules: dict[ParamKey, SyncRule],
               rank: int) -> ZeroPartition:
     by_group: dict[tuple[int, ...], list[tuple[ParamKey, int]]] = {}
@@ -44,7 +39,7 @@ def partition(params: list[tuple[ParamKey, torch.nn.Parameter]], rules: dict[Par
         if not rule.uniform or len(group) == 1:
             owned.append(key)
         else:
-            by_group.setdefault(group, []).append((key, _local(p).numel()))
+            by_group.setdefault(group, []).append((key, local_tensor(p).numel()))
     broadcasts = []
     for group in sorted(by_group):
         load = dict.fromkeys(group, 0)
@@ -66,7 +61,7 @@ def broadcast_updates(part: ZeroPartition, params: dict[ParamKey, torch.nn.Param
                       groups: dict[tuple[int, ...], dist.ProcessGroup],
                       to_torch: dict[int, int]) -> None:
     for group, owner, keys in part.broadcasts:
-        tensors = [_local(params[k]) for k in keys]
+        tensors = [local_tensor(params[k]) for k in keys]
         flat = torch.cat([t.reshape(-1) for t in tensors])
         dist.broadcast(flat, src=to_torch[owner], group=groups[group])
         offset = 0
