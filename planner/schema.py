@@ -143,7 +143,7 @@ class Plan(_Frozen):
 
 def _check_structure(plan: Plan) -> None:
     """Cross-field rules; raises ValueError (pydantic turns it into a field error)."""
-    n_layers = plan.pipelines[0].stages[-1].layers[1]
+    n_layers = plan.num_layers
     v = plan.virtual_stages
     if v > 1 and plan.schedule != "interleaved":
         raise ValueError(f"virtual_stages is {v} but schedule is {plan.schedule!r}; "
