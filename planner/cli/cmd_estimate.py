@@ -31,24 +31,24 @@ def _layers(text: str | None) -> list[int] | None:
                            "such as 3,9,9,5") from None
 
 
-def _from_flags(model_arg: str, cluster_arg: str, opts: dict[str, Any]) -> tuple[Any, Any, Any]:
+def _from_flags(model_arg: str, cluster_arg: str, *, tp: int, pp: int, dp: int | None,
+                global_batch: int | None, layers_per_stage: str | None,
+                **plan_opts: Any) -> tuple[Any, Any, Any]:
+    """Model, cluster and the Megatron-style plan the flags describe; `plan_opts` go to
+    megatron_plan as they are (micro_batch, recompute, schedule, ...)."""
     from planner.cluster import load_cluster
     from planner.costing import megatron_plan
     from planner.graph import load_model
 
     model = load_model(model_arg)
     cluster = load_cluster(cluster_arg)
-    tp, pp = opts["tp"], opts["pp"]
-    dp = opts["dp"] or max(1, cluster.world_size // (tp * pp))
-    gbs = opts["global_batch"] or (model.spec.training.global_batch_size
-                                   if model.spec is not None else None)
+    dp = dp or max(1, cluster.world_size // (tp * pp))
+    gbs = global_batch or (model.spec.training.global_batch_size
+                           if model.spec is not None else None)
     if gbs is None:
         raise HetplanError(f"model {model.name} gives no global batch size; pass --global-batch")
-    plan = megatron_plan(
-        model, cluster, tp=tp, pp=pp, dp=dp, micro_batch=opts["micro_batch"], global_batch=gbs,
-        recompute=opts["recompute"], sequence_parallel=opts["sequence_parallel"],
-        schedule=opts["schedule"], virtual_stages=opts["virtual_stages"],
-        layers_per_stage=_layers(opts["layers_per_stage"]), zero1=opts["zero1"])
+    plan = megatron_plan(model, cluster, tp=tp, pp=pp, dp=dp, global_batch=gbs,
+                         layers_per_stage=_layers(layers_per_stage), **plan_opts)
     return model, cluster, plan
 
 
@@ -113,12 +113,11 @@ def estimate(
     else:
         if cluster is None:
             raise HetplanError("estimate needs MODEL CLUSTER and flags, or a PLAN.json")
-        model, cl, plan = _from_flags(model_or_plan, cluster, {
-            "tp": tp, "pp": pp, "dp": dp, "micro_batch": micro_batch,
-            "global_batch": global_batch, "recompute": recompute,
-            "sequence_parallel": sequence_parallel, "schedule": schedule,
-            "virtual_stages": virtual_stages, "layers_per_stage": layers_per_stage,
-            "zero1": zero1})
+        model, cl, plan = _from_flags(
+            model_or_plan, cluster, tp=tp, pp=pp, dp=dp, global_batch=global_batch,
+            layers_per_stage=layers_per_stage, micro_batch=micro_batch, recompute=recompute,
+            sequence_parallel=sequence_parallel, schedule=schedule,
+            virtual_stages=virtual_stages, zero1=zero1)
         est = run_estimate(model, cl, plan, profiles=profiles)
         title = f"{model.name} on {cl.name}"
     if json_out:
