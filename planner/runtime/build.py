@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from planner.errors import SpecError
 from planner.graph.spec import ModelSpec
 from planner.models import build_element, build_model
 from planner.runtime.stage import ParamLayout, param_keys
@@ -23,7 +24,8 @@ __all__ = ["build_for_rank", "spec_of"]
 
 def spec_of(plan: Plan) -> ModelSpec:
     if plan.model is None:
-        raise ValueError("the plan carries no model spec; pass a model factory instead")
+        raise SpecError("plan", "model", "the plan carries no model spec; embed one (plan files "
+                        "always do) or pass a model factory")
     return ModelSpec.from_dict(plan.model, where="plan.model")
 
 
