@@ -37,7 +37,7 @@ def test_framework_rejects_nonsense() -> None:
         Framework(recompute_gemm_fraction=0.5)
 
 
-def test_default_framework_is_the_old_behaviour() -> None:
+def test_default_framework_argument_is_the_default() -> None:
     graph = gpt_graph(layers=4)
     g = gpu()
     a = stage_cost(graph, 0, 6, g, 2, 2, "selective", precision="bf16", profiles=NONE)
@@ -101,7 +101,8 @@ def test_causal_flash_skips_half_the_attention_core() -> None:
     blk = dataclasses.replace(base.layers[1], fwd_attention_flops=4.0 * s_ * s_ * h)
     graph = dataclasses.replace(base, layers=(base.layers[0], blk, base.layers[2]))
     g = gpu()
-    full = stage_cost(graph, 1, 2, g, 1, 1, "none", precision="bf16", profiles=NONE)
+    full = stage_cost(graph, 1, 2, g, 1, 1, "none", precision="bf16", profiles=NONE,
+                      framework=Framework(attention_flops_share=1.0))
     causal = stage_cost(graph, 1, 2, g, 1, 1, "none", precision="bf16", profiles=NONE,
                         framework=Framework(attention_flops_share=0.5))
     w = blk.matmul_dim
@@ -111,3 +112,67 @@ def test_causal_flash_skips_half_the_attention_core() -> None:
     # The backward computes the attention core twice over (dQ, dK, dV): twice the saving.
     assert full.bwd_s - causal.bwd_s == pytest.approx(2 * fwd_cut, rel=1e-9)
     assert full.bwd_weight_s == causal.bwd_weight_s
+
+
+VOCAB_PARALLEL = Framework(vocab_parallel=True)
+
+
+def test_hetplan_runtime_keeps_embedding_and_head_whole_on_every_tp_rank() -> None:
+    """planner/runtime/stage.py shards only the blocks: at TP 4 each rank holds and runs the
+    whole embedding and head (no TP traffic for them); a vocab-parallel framework splits both."""
+    graph = gpt_graph(layers=2)
+    g = gpu()
+    emb, head = graph.layers[0], graph.layers[-1]
+    last = len(graph.layers)
+    whole = stage_cost(graph, last - 1, last, g, 4, 1, "none", precision="bf16", profiles=NONE)
+    one = stage_cost(graph, last - 1, last, g, 1, 1, "none", precision="bf16", profiles=NONE)
+    split = stage_cost(graph, last - 1, last, g, 4, 1, "none", precision="bf16", profiles=NONE,
+                       framework=VOCAB_PARALLEL)
+    assert whole.params_per_gpu == head.params and split.params_per_gpu == head.params / 4
+    assert (whole.fwd_s, whole.bwd_s) == pytest.approx((one.fwd_s, one.bwd_s), rel=1e-12)
+    assert split.fwd_s < whole.fwd_s
+    e_whole = stage_cost(graph, 0, 1, g, 4, 1, "none", precision="bf16", profiles=NONE)
+    e_split = stage_cost(graph, 0, 1, g, 4, 1, "none", precision="bf16", profiles=NONE,
+                         framework=VOCAB_PARALLEL)
+    assert e_whole.params_per_gpu == emb.params and e_split.params_per_gpu == emb.params / 4
+    # The blocks are split either way.
+    b4 = stage_cost(graph, 1, 2, g, 4, 1, "none", precision="bf16", profiles=NONE)
+    assert b4.params_per_gpu == graph.layers[1].params / 4
+
+
+def test_whole_head_costs_its_full_state_and_logits_in_memory() -> None:
+    """Peak memory of the last stage at TP 4, hetplan's runtime minus a vocab-parallel one:
+    the head's 16 B/param of mixed-precision Adam state and its saved logits, 3/4 of each."""
+    graph = gpt_graph(layers=2, vocab=51200)
+    head = graph.layers[-1]
+    cl = cluster(("a", gpu(), 2, 4, 100.0, None))
+    plan = megatron_plan(graph, cl, tp=4, pp=2, dp=1, micro_batch=1, global_batch=4)
+    whole = estimate(graph, cl, plan, profiles=NONE)
+    split = estimate(graph, cl, plan, profiles=NONE, framework=VOCAB_PARALLEL)
+    gib = 2 ** 30
+    inflight = 1  # 1F1B: the last of 2 stages holds one micro-batch
+    expected = 0.75 * (16 * head.params + inflight * head.activation_bytes) / gib
+    assert (whole.stages[-1].peak_memory_gib - split.stages[-1].peak_memory_gib
+            == pytest.approx(expected, rel=1e-9))
+
+
+def test_default_framework_describes_the_runtime_attention(monkeypatch) -> None:
+    """The default prices a causal kernel because the runtime asks SDPA for one."""
+    import torch
+
+    import planner.models.attention as attn
+
+    seen = {}
+    real = torch.nn.functional.scaled_dot_product_attention
+
+    def spy(*args, **kwargs):
+        seen.update(kwargs)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(attn.F, "scaled_dot_product_attention", spy)
+    core = attn.CoreAttention(impl="sdpa")
+    q = torch.randn(1, 2, 8, 4)
+    core(q, q, q)
+    assert seen.get("is_causal") is True
+    assert DEFAULT_FRAMEWORK.attention_flops_share == 0.5
+    assert DEFAULT_FRAMEWORK.vocab_parallel is False

@@ -26,7 +26,12 @@ from planner.costing.framework import DEFAULT_FRAMEWORK, Framework
 from planner.costing.links import p2p_time_s, ring_time_s
 from planner.costing.resolve import resolve_cluster, resolve_model
 from planner.costing.result import Estimate, StageEstimate
-from planner.costing.stage_cost import StageCost, stage_cost, stage_peak_memory_gib
+from planner.costing.stage_cost import (
+    StageCost,
+    stage_cost,
+    stage_peak_memory_gib,
+    tp_split,
+)
 from planner.errors import SpecError
 from planner.graph.layers import LayerGraph
 from planner.schema import Plan
@@ -112,7 +117,7 @@ def estimate(model: Any, cluster: Cluster | None, plan: Plan, *,
                     tuple(costs[j] for j in range(d, len(costs), s_count)))
             for d in range(s_count)])
 
-    sync = _dp_sync_s(graph, plan, devices, rank_node, used_gpus, latency_s)
+    sync = _dp_sync_s(graph, plan, devices, rank_node, used_gpus, latency_s, framework)
     n_pipes = len(plan.pipelines)
     shard = n_pipes if plan.zero1 else 1
     timelines = []
@@ -173,7 +178,7 @@ def _timing(c: StageCost, j: int, sends: list[float], s_count: int,
 
 def _dp_sync_s(graph: LayerGraph, plan: Plan, devices: list[list[_Device]],
                rank_node: dict[int, Node], used_gpus: dict[str, int],
-               latency_s: float) -> list[list[float]]:
+               latency_s: float, framework: Framework) -> list[list[float]]:
     """Per pipeline, per device: time to all-reduce its gradients with the other pipelines."""
     n_pipes = len(plan.pipelines)
     out = [[0.0] * len(devs) for devs in devices]
@@ -192,8 +197,10 @@ def _dp_sync_s(graph: LayerGraph, plan: Plan, devices: list[list[_Device]],
         if layer.params == 0:
             continue
         ds = [devices[p][holder[p][li]] for p in range(n_pipes)]
-        min_tp = min(d.tp for d in ds)
-        nbytes = layer.params * grad_bytes / min_tp
+        # The largest shard governs: the smallest TP, or the whole layer where TP ranks
+        # each hold all of it (the embedding and head outside vocab-parallel frameworks).
+        shard_tp = min(d.tp for d in ds) if tp_split(layer, framework) else 1
+        nbytes = layer.params * grad_bytes / shard_tp
         t = ring_time_s(nbytes, [d.node for d in ds], used_gpus, latency_s)
         for p, d in enumerate(ds):
             out[p][d.index] += t

@@ -16,6 +16,12 @@ with one of these records instead of bending the shared constants:
   / Transformer Engine fused attention likewise) compute about half of it, forward and
   backward. Frameworks that materialise the masked s×s scores (Megatron's 2021-22 fused
   softmax path) compute all of it.
+- `vocab_parallel`: the embedding and the LM head are split over the TP ranks (Megatron's
+  `VocabParallelEmbedding` and parallel logits, torchtitan's rowwise embedding / colwise
+  output): their parameters, GEMMs and optimizer step divide by TP, at one all-reduce of the
+  boundary activation each. hetplan's runtime shards only the transformer blocks
+  (`planner/runtime/stage.py: apply_tp`) and keeps the embedding and head whole on every TP
+  rank, so its default is False: a TP group pays their full memory and compute on each GPU.
 - `p2p_blocking`: pipeline sends/receives are synchronous inside the schedule (DeepSpeed's
   `PipelineEngine`: `deepspeed/runtime/pipe/p2p.py` asserts `async_op == False` and calls
   `dist.send`/`dist.recv`, or `broadcast` on a two-rank group before torch 1.8), so each
@@ -28,7 +34,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["DEEPSPEED_PIPELINE", "DEFAULT_FRAMEWORK", "Framework"]
+__all__ = ["DEEPSPEED_PIPELINE", "DEFAULT_FRAMEWORK", "MEGATRON_EAGER", "Framework"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,9 +48,14 @@ class Framework:
     """Under `selective` recompute: share of the block's forward GEMM time re-run."""
     recompute_memory_fraction: float | None = None
     """Under `selective` recompute: share of the block's forward memory-bound time re-run."""
-    attention_flops_share: float = 1.0
+    attention_flops_share: float = 0.5
     """Share of the graph's (non-causal) attention-core FLOPs the attention kernel computes:
-    0.5 for causal flash kernels, which skip the masked upper-triangle blocks."""
+    0.5 for causal flash kernels, which skip the masked upper-triangle blocks (hetplan's
+    runtime calls `scaled_dot_product_attention(is_causal=True)`, whose flash and
+    memory-efficient CUDA kernels do); 1.0 where the masked s×s scores are materialised."""
+    vocab_parallel: bool = False
+    """Embedding and LM head split over TP (False: whole on every TP rank, as in hetplan's
+    runtime)."""
     p2p_blocking: bool = False
     """Pipeline p2p occupies sender and receiver (not overlapped with compute)."""
 
@@ -65,5 +76,13 @@ class Framework:
 
 DEFAULT_FRAMEWORK = Framework()
 
-DEEPSPEED_PIPELINE = Framework(name="deepspeed-pipeline", p2p_blocking=True)
-"""DeepSpeed's `PipelineEngine` (AMP's DeepSpeed-Megatron runs, BLOOM, MT-NLG)."""
+MEGATRON_EAGER = Framework(name="megatron-eager-softmax", attention_flops_share=1.0,
+                           vocab_parallel=True)
+"""Megatron-LM 1.x-3.x style: vocab-parallel embedding and logits, the masked s×s scores
+materialised by a (fused) softmax kernel: AMP's DeepSpeed-Megatron v1.1.5 (`megatron/mpu/
+layers.py`, `cross_entropy.py` in its repository) and Sailor's runs (eager attention, see
+docs/cost-model.md §7)."""
+
+DEEPSPEED_PIPELINE = Framework(name="deepspeed-pipeline", attention_flops_share=1.0,
+                               vocab_parallel=True, p2p_blocking=True)
+"""DeepSpeed's `PipelineEngine` over Megatron (BLOOM, MT-NLG)."""

@@ -28,7 +28,7 @@ from planner.costing.links import link_of_kind
 from planner.graph.layers import Layer, LayerGraph
 
 __all__ = ["LayerCostTable", "StageCost", "layer_cost_table", "stage_cost",
-           "stage_peak_memory_gib"]
+           "stage_peak_memory_gib", "tp_split"]
 
 _KERNELS = {"embedding": 4, "block": KERNELS_PER_BLOCK_FWD, "head": 10,
             "other": KERNELS_PER_BLOCK_FWD}
@@ -107,17 +107,26 @@ def _intra_link(gpu: GpuSpec, gb_per_s: float | None, kind: str | None) -> Link:
     return link_of_kind(kind or gpu.intra_node_link, bw)
 
 
+def tp_split(layer: Layer, fw: Framework = DEFAULT_FRAMEWORK) -> bool:
+    """Whether a TP group splits the layer (its parameters and GEMMs divide by TP) or every
+    TP rank holds it whole: blocks always split; the embedding and head only under a
+    vocab-parallel framework; other layers when the graph gives them TP all-reduces."""
+    if layer.kind in ("head", "embedding"):
+        return fw.vocab_parallel
+    return layer.kind == "block" or layer.tp_allreduces_fwd > 0
+
+
 def _layer_costs(layer: Layer, graph: LayerGraph, gpu: GpuSpec, tp: int, mb: int,
                  recompute: str, precision: str, sp: bool, link: Link,
                  profiles: ProfileSet, fw: Framework = DEFAULT_FRAMEWORK) -> tuple[float, ...]:
     """(fwd, bwd, bwd_weight, params/GPU, activation bytes/GPU, update, transient, recompute)
     of one layer; `bwd` includes the recompute time."""
     b, t = mb, tp
-    split = layer.kind in ("block", "head", "embedding") or layer.tp_allreduces_fwd > 0
+    split = tp_split(layer, fw)
     ts = t if split else 1
     params = layer.params / ts
     mm_frac = layer.fwd_matmul_flops / layer.fwd_flops if layer.fwd_flops > 0 else 0.0
-    mem_share = 1 / t if sp else 0.5 + 0.5 / t
+    mem_share = (1 / t if sp else 0.5 + 0.5 / t) if split else 1.0
     if layer.kind == "block":  # fused kernels move less than the eager graph (framework.py)
         mem_share *= fw.memory_traffic_scale
     width = layer.matmul_dim / t if layer.kind in ("block", "other") else layer.matmul_dim
@@ -133,7 +142,8 @@ def _layer_costs(layer: Layer, graph: LayerGraph, gpu: GpuSpec, tp: int, mb: int
         kernels_fwd=_KERNELS.get(layer.kind, KERNELS_PER_BLOCK_FWD),
     )
     fwd, bwd_act, bwd_w = layer_compute_s(work, gpu, precision)
-    comm = layer.tp_allreduces_fwd * allreduce_s(b * layer.tp_allreduce_bytes, t, link)
+    comm = (layer.tp_allreduces_fwd * allreduce_s(b * layer.tp_allreduce_bytes, t, link)
+            if split else 0.0)
     update = adam_step_s(params, gpu)
     fwd, bwd = fwd + comm, bwd_act + bwd_w + comm
     prof, prof_tp = None, t

@@ -14,6 +14,7 @@ from typing import Any
 
 from cost_models.profiles import ProfileSet
 from planner.costing.estimate import estimate, with_prediction
+from planner.costing.framework import DEFAULT_FRAMEWORK, Framework
 from planner.costing.resolve import resolve_cluster, resolve_model
 from planner.costing.result import Estimate
 from planner.errors import HetplanError
@@ -60,12 +61,15 @@ def plan(model: Any, cluster: Any, *, global_batch_size: int | None = None,
          top_k: int = 5, micro_batch_sizes: Sequence[int] | None = None,
          schedules: Sequence[str] | None = None, sequence_parallel: bool = False,
          profiles: ProfileSet | None = None,
-         progress: Callable[[float, str], None] | None = None) -> SearchResult:
+         progress: Callable[[float, str], None] | None = None,
+         framework: Framework = DEFAULT_FRAMEWORK) -> SearchResult:
     """The best plan for `model` on `cluster` (and the top-k), as `estimate` ranks them.
 
     `objective`: "throughput" (least iteration time) or "cost" (least $ per million tokens);
     `budget_usd_per_hour` keeps only plans whose GPUs cost at most that. Raises
-    InfeasibleError, with the numbers, when nothing fits.
+    InfeasibleError, with the numbers, when nothing fits. `framework` is the runtime that
+    will run the plan (default: hetplan's; `planner.costing.framework`), so that the search
+    prices what that runtime does.
     """
     start = time.perf_counter()
     if objective not in OBJECTIVES:
@@ -90,7 +94,7 @@ def plan(model: Any, cluster: Any, *, global_batch_size: int | None = None,
     scheds = tuple(dict.fromkeys("1f1b" if s == "interleaved" else s for s in wanted))
     search = Search(graph, precision, cluster, spec, gbs, objective_name=objective,
                      budget=budget_usd_per_hour, sequence_parallel=sequence_parallel,
-                     profiles=profiles, progress=progress)
+                     profiles=profiles, progress=progress, framework=framework)
     raw = search.run(sizes, scheds)
     raw.sort(key=lambda r: (r[0], repr(r[1])))
     small = len(raw) <= _COST_ALL_BELOW and search.small
@@ -104,7 +108,7 @@ def plan(model: Any, cluster: Any, *, global_batch_size: int | None = None,
         if key in seen:
             return
         seen.add(key)
-        est = estimate(graph, cluster, p, profiles=profiles)
+        est = estimate(graph, cluster, p, profiles=profiles, framework=framework)
         if est.feasible and (budget_usd_per_hour is None or (
                 est.usd_per_hour is not None
                 and est.usd_per_hour <= budget_usd_per_hour + 1e-9)):

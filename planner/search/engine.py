@@ -24,6 +24,7 @@ from cost_models.memory import GIB, optimizer_bytes_per_param, state_bytes_per_p
 from cost_models.profiles import ProfileSet
 from planner.cluster.model import Cluster
 from planner.costing.estimate import estimate
+from planner.costing.framework import DEFAULT_FRAMEWORK, Framework
 from planner.costing.result import Estimate
 from planner.errors import HetplanError
 from planner.schema import Plan
@@ -85,10 +86,12 @@ def _islands(n_groups: int) -> list[tuple[int, ...]]:
 class Search:
     def __init__(self, graph, precision: str, cluster: Cluster, spec, gbs: int, *,
                  objective_name: str, budget: float | None, sequence_parallel: bool,
-                 profiles: ProfileSet | None, progress: Callable[[float, str], None] | None):
+                 profiles: ProfileSet | None, progress: Callable[[float, str], None] | None,
+                 framework: Framework = DEFAULT_FRAMEWORK):
         self.graph, self.precision, self.cluster, self.spec = graph, precision, cluster, spec
         self.gbs, self.objective, self.budget = gbs, objective_name, budget
         self.sp, self.profiles, self.progress = sequence_parallel, profiles, progress
+        self.framework = framework
         self.n = len(graph.layers)
         self.latency_s = cluster.latency_us * 1e-6
         self.gpus = [g.gpus for g in cluster.groups]
@@ -120,7 +123,8 @@ class Search:
                 if key not in self.costs:
                     self.costs[key] = option_costs(
                         self.graph, self.cluster, g_idx, tp, b, precision=self.precision,
-                        sequence_parallel=self.sp, profiles=self.profiles)
+                        sequence_parallel=self.sp, profiles=self.profiles,
+                        framework=self.framework)
                 out.append(self.costs[key])
         return out
 
@@ -315,7 +319,8 @@ class Search:
             return
         for entry in sorted(entries, key=lambda r: (r[0], repr(r[1])))[:2]:
             for plan in self.plans(entry)[:1]:
-                est = estimate(self.graph, self.cluster, plan, profiles=self.profiles)
+                est = estimate(self.graph, self.cluster, plan, profiles=self.profiles,
+                               framework=self.framework)
                 if est.feasible:
                     self.incumbent = min(self.incumbent, est.iteration_time_s)
 

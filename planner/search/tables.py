@@ -15,6 +15,7 @@ import numpy as np
 from cost_models.memory import FRAMEWORK_OVERHEAD_GIB, GIB, dp_sync_bytes_per_param
 from cost_models.profiles import ProfileSet
 from planner.cluster.model import Cluster, Node, NodeGroup
+from planner.costing.framework import DEFAULT_FRAMEWORK, Framework
 from planner.costing.links import intra_link, nic_link, p2p_time_s
 from planner.costing.stage_cost import layer_cost_table
 from planner.graph.layers import LayerGraph
@@ -47,7 +48,7 @@ class OptionCosts:
     update_s: np.ndarray
     """(n+1, n+1): the Adam step, unsharded."""
     grad_bytes: np.ndarray
-    """(n+1, n+1): bytes per GPU the DP all-reduce moves (params / tp × the estimate's
+    """(n+1, n+1): bytes per GPU the DP all-reduce moves (parameters per GPU × the estimate's
     `dp_sync_bytes_per_param`, ZeRO-1 as the search's multi-pipeline plans use it)."""
     ring_layers: np.ndarray
     """(n+1, n+1): layers with parameters (each costs the ring its latency terms)."""
@@ -108,7 +109,8 @@ def _range_max(values: np.ndarray) -> np.ndarray:
 
 def option_costs(graph: LayerGraph, cluster: Cluster, group_index: int, tp: int,
                  micro_batch: int, *, precision: str, sequence_parallel: bool,
-                 profiles: ProfileSet | None) -> OptionCosts:
+                 profiles: ProfileSet | None,
+                 framework: Framework = DEFAULT_FRAMEWORK) -> OptionCosts:
     group = cluster.groups[group_index]
     n = len(graph.layers)
     upper = np.triu(np.ones((n + 1, n + 1), dtype=bool), k=1)
@@ -123,7 +125,7 @@ def option_costs(graph: LayerGraph, cluster: Cluster, group_index: int, tp: int,
         table = layer_cost_table(
             graph, group.gpu, tp, micro_batch, rc, precision=precision,
             sequence_parallel=sequence_parallel, intra_node_gb_per_s=group.intra_node_gb_per_s,
-            intra_node_link=group.intra_node, profiles=profiles)
+            intra_node_link=group.intra_node, profiles=profiles, framework=framework)
         t = _ranges(table.fwd_s) + _ranges(table.bwd_s)
         times.append(np.where(valid, t, np.inf))
         params = _ranges(table.params)
@@ -147,6 +149,5 @@ def option_costs(graph: LayerGraph, cluster: Cluster, group_index: int, tp: int,
         time_s=np.stack(times), fixed_gib=np.stack(fixed),
         optimizer_gib=params * table.optimizer_bytes_per_param / GIB,
         act_gib=np.stack(acts), update_s=_ranges(table.update_s),
-        grad_bytes=_ranges(np.concatenate(
-            [[0.0], np.cumsum([layer.params * sync_bytes / tp for layer in graph.layers])])),
+        grad_bytes=params * sync_bytes,
         ring_layers=has_params, send_s=send)

@@ -40,7 +40,7 @@ from cost_models.gpu import GpuSpec
 from cost_models.profiles import ProfileSet
 from planner.cluster.model import Cluster, NodeGroup
 from planner.costing.estimate import estimate
-from planner.costing.framework import DEEPSPEED_PIPELINE, DEFAULT_FRAMEWORK, Framework
+from planner.costing.framework import DEEPSPEED_PIPELINE, MEGATRON_EAGER, Framework
 from planner.costing.megatron import megatron_plan
 from planner.costing.validation.common import FileReport, Row, graph_for, summarise
 from planner.errors import HetplanError
@@ -110,8 +110,10 @@ def _block_dims(model: str) -> tuple[int, int, int, bool]:
 
 CAUSAL_FLASH = 0.5
 """Causal flash attention (SDPA flash / cuDNN / TE fused) computes half the s×s blocks."""
-TORCHTITAN_FULL = Framework(name="torchtitan", attention_flops_share=CAUSAL_FLASH)
-FLASH_ONLY = Framework(name="flash-attention", attention_flops_share=CAUSAL_FLASH)
+TORCHTITAN_FULL = Framework(name="torchtitan", attention_flops_share=CAUSAL_FLASH,
+                            vocab_parallel=True)
+FLASH_ONLY = Framework(name="flash-attention", attention_flops_share=CAUSAL_FLASH,
+                       vocab_parallel=True)
 
 
 def fused_framework(model: str, graph: Any) -> Framework:
@@ -121,20 +123,22 @@ def fused_framework(model: str, graph: Any) -> Framework:
     ratio = fused_traffic_ratio(block.fwd_memory_bytes / graph.seq_len, h, ffn, kv,
                                 gated=llama, rotary=llama, dtype_bytes=graph.dtype_bytes)
     return Framework(name="megatron-core+TE", memory_traffic_scale=ratio,
-                     attention_flops_share=CAUSAL_FLASH)
+                     attention_flops_share=CAUSAL_FLASH, vocab_parallel=True)
 
 
 def torchtitan_framework(model: str, graph: Any, policy: str) -> Framework:
     """torchtitan's selective activation checkpointing (`op` or `layer`, see module doc)."""
     if policy == "layer":
         return Framework(name="torchtitan", recompute_gemm_fraction=0.5,
-                         recompute_memory_fraction=0.5, attention_flops_share=CAUSAL_FLASH)
+                         recompute_memory_fraction=0.5, attention_flops_share=CAUSAL_FLASH,
+                         vocab_parallel=True)
     h, ffn, kv, _ = _block_dims(model)
     block = next(x for x in graph.layers if x.kind == "block")
     rerun = 2.0 * (h * kv + h * h + h * ffn) * graph.seq_len  # wk, wo, w3 forward FLOPs
     share = min(1.0, rerun / block.fwd_matmul_flops)
     return Framework(name="torchtitan", recompute_gemm_fraction=share,
-                     recompute_memory_fraction=1.0, attention_flops_share=CAUSAL_FLASH)
+                     recompute_memory_fraction=1.0, attention_flops_share=CAUSAL_FLASH,
+                     vocab_parallel=True)
 
 
 def _cluster(gpu: GpuSpec, gpus: int, nic_gbps: float) -> Cluster:
@@ -175,7 +179,7 @@ def _run(model: str, seq: int, precision: str, gpu: GpuSpec, gpus: int, nic_gbps
                          recompute=recompute, sequence_parallel=tp > 1 and not fsdp,
                          schedule=schedule, virtual_stages=vp if schedule == "interleaved" else 1,
                          zero1=True)
-    fw = DEFAULT_FRAMEWORK if framework is None else framework(model, graph)
+    fw = MEGATRON_EAGER if framework is None else framework(model, graph)
     est = estimate(graph, cluster, plan, profiles=profiles, precision=precision,
                    overlap_dp=overlap_dp, framework=fw)
     per_gpu = est.tokens_per_s / gpus

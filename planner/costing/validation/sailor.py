@@ -21,6 +21,7 @@ from pathlib import Path
 from cost_models.profiles import ProfileSet
 from planner.cluster import cluster_from_dict, load_cluster
 from planner.costing.estimate import estimate
+from planner.costing.framework import MEGATRON_EAGER
 from planner.costing.validation.common import FileReport, Row, graph_for, summarise
 from planner.errors import HetplanError
 from planner.schema import Plan
@@ -119,7 +120,8 @@ def sailor_reports(data_dir: Path, profiles: ProfileSet) -> list[FileReport]:
             except HetplanError as exc:
                 groups[group].append(Row(label, measured, None, used=False, note=str(exc)))
                 continue
-            est = estimate(graph, extra["cluster"], plan, profiles=profiles, precision="fp32")
+            est = estimate(graph, extra["cluster"], plan, profiles=profiles, precision="fp32",
+                           framework=MEGATRON_EAGER)
             note = excluded or ""
             if not est.feasible:
                 note = (note + "; " if note else "") + "we predict OOM"
