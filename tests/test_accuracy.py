@@ -44,7 +44,40 @@ def test_sailor_mape_and_rank(reports: dict) -> None:
     r = reports[("sailor_measured_plans.csv", "all")]
     assert r.mape_pct <= 15.0
     assert r.spearman >= 0.85
-    assert reports[("sailor_measured_plans.csv", "clariden")].mape_pct <= 15.0
+    for group in ("clariden", "mit"):  # GH200 and the heterogeneous cluster, each
+        g = reports[("sailor_measured_plans.csv", group)]
+        assert g.mape_pct <= 15.0, group
+        assert g.spearman >= 0.85, group
+
+
+def test_mit_network_rate_matches_sailors_gradient_reduction_times() -> None:
+    """configs/clusters/mit-het.yaml gives 1 Gbit/s between nodes. The evidence is not the
+    iteration times but Sailor's own `red_grads_field`: for the data-parallel plans whose
+    replicas run at similar speed it equals the DP all-reduce time we predict at 1 Gbit/s to
+    within 15 % (at 10 Gbit/s it would be ~10x too fast)."""
+    import csv
+
+    from cost_models.profiles import default_profiles
+    from planner.costing.estimate import estimate
+    from planner.costing.framework import MEGATRON_EAGER
+    from planner.costing.validation import sailor
+    from planner.costing.validation.common import graph_for
+
+    checked = 0
+    with (DATA / "sailor_measured_plans.csv").open(newline="") as fh:
+        for rec in csv.DictReader(fh):
+            if rec["file"] not in ("mit/N4/plan_config_N4_D2.json",
+                                   "mit/N4/plan_config_N4_D4.json",
+                                   "mit/N6/plan_config_N6_D3.json",
+                                   "mit/N6/plan_config_N6_D6.json"):
+                continue
+            graph = graph_for(sailor._MODELS[rec["model"]], precision="fp32")
+            plan, extra = sailor._plan(rec, len(graph.layers))
+            est = estimate(graph, extra["cluster"], plan, profiles=default_profiles(),
+                           precision="fp32", framework=MEGATRON_EAGER)
+            assert est.dp_sync_s == pytest.approx(float(rec["red_grads_field"]), rel=0.15)
+            checked += 1
+    assert checked == 4
 
 
 @pytest.mark.parametrize("file", ["torchtitan_a100.csv", "torchtitan_h100.csv", "nemo_h100.csv",
