@@ -19,18 +19,18 @@ from functools import lru_cache
 from typing import Any
 
 from cost_models.compute import peak_tflops
-from cost_models.memory import dp_sync_bytes_per_param, inflight_microbatches
+from cost_models.memory import inflight_microbatches
 from cost_models.profiles import ProfileSet
 from planner.cluster.model import Cluster, Node
 from planner.costing.framework import DEFAULT_FRAMEWORK, Framework
-from planner.costing.links import p2p_time_s, ring_time_s
+from planner.costing.grad_sync import grad_sync_s
+from planner.costing.links import p2p_time_s
 from planner.costing.resolve import resolve_cluster, resolve_model
 from planner.costing.result import Estimate, StageEstimate
 from planner.costing.stage_cost import (
     StageCost,
     stage_cost,
     stage_peak_memory_gib,
-    tp_split,
 )
 from planner.errors import SpecError
 from planner.graph.layers import LayerGraph
@@ -117,13 +117,16 @@ def estimate(model: Any, cluster: Cluster | None, plan: Plan, *,
                     tuple(costs[j] for j in range(d, len(costs), s_count)))
             for d in range(s_count)])
 
-    sync = _dp_sync_s(graph, plan, devices, rank_node, used_gpus, latency_s, framework)
+    dp_sync, tied_sync = grad_sync_s(graph, plan, devices, used_gpus, latency_s, framework)
+    sync = [[a + b for a, b in zip(x, y, strict=True)] for x, y in zip(dp_sync, tied_sync,
+                                                                      strict=True)]
     n_pipes = len(plan.pipelines)
     shard = n_pipes if plan.zero1 else 1
     timelines = []
     stage_rows: list[StageEstimate] = []
     problems: list[str] = []
     worst_sync = worst_opt = 0.0
+    worst_tied = max((t for row in tied_sync for t in row), default=0.0)
     for p, pipe in enumerate(plan.pipelines):
         devs = devices[p]
         chunks = [_timing(c, j, sends[p], len(devs), framework.p2p_blocking)
@@ -150,7 +153,7 @@ def estimate(model: Any, cluster: Cluster | None, plan: Plan, *,
     iteration_s = (max(t.pipeline_s for t in timelines)
                    + max(t.makespan_s - t.pipeline_s for t in timelines))
     return _summarise(graph, precision, plan, rank_node, iteration_s, stage_rows, problems,
-                      timelines, worst_sync, worst_opt)
+                      timelines, worst_sync, worst_opt, worst_tied)
 
 
 @lru_cache(maxsize=4096)
@@ -174,37 +177,6 @@ def _timing(c: StageCost, j: int, sends: list[float], s_count: int,
     comm = sends[j] + (sends[j - 1] if j > 0 else 0.0)
     return StageTiming(fwd_s=c.fwd_s + comm, bwd_s=c.bwd_s + comm, send_s=0.0,
                        device=j % s_count, recompute_s=min(c.recompute_s, c.bwd_s + comm))
-
-
-def _dp_sync_s(graph: LayerGraph, plan: Plan, devices: list[list[_Device]],
-               rank_node: dict[int, Node], used_gpus: dict[str, int],
-               latency_s: float, framework: Framework) -> list[list[float]]:
-    """Per pipeline, per device: time to all-reduce its gradients with the other pipelines."""
-    n_pipes = len(plan.pipelines)
-    out = [[0.0] * len(devs) for devs in devices]
-    if n_pipes == 1:
-        return out
-    grad_bytes = dp_sync_bytes_per_param(graph.dtype_bytes, plan.zero1)
-    holder: list[list[int]] = []  # per pipeline: layer -> device index
-    for p, pipe in enumerate(plan.pipelines):
-        s_count = len(devices[p])
-        row = [0] * len(graph.layers)
-        for j, st in enumerate(pipe.stages):
-            for layer in range(st.layers[0], st.layers[1]):
-                row[layer] = j % s_count
-        holder.append(row)
-    for li, layer in enumerate(graph.layers):
-        if layer.params == 0:
-            continue
-        ds = [devices[p][holder[p][li]] for p in range(n_pipes)]
-        # The largest shard governs: the smallest TP, or the whole layer where TP ranks
-        # each hold all of it (the embedding and head outside vocab-parallel frameworks).
-        shard_tp = min(d.tp for d in ds) if tp_split(layer, framework) else 1
-        nbytes = layer.params * grad_bytes / shard_tp
-        t = ring_time_s(nbytes, [d.node for d in ds], used_gpus, latency_s)
-        for p, d in enumerate(ds):
-            out[p][d.index] += t
-    return out
 
 
 def _stage_row(plan: Plan, d: _Device, max_inflight: int, s_count: int,
@@ -241,7 +213,7 @@ def _stage_row(plan: Plan, d: _Device, max_inflight: int, s_count: int,
 
 def _summarise(graph: LayerGraph, precision: str, plan: Plan, rank_node: dict[int, Node],
                iteration_s: float, stages: list[StageEstimate], problems: list[str],
-               timelines: list, sync_s: float, opt_s: float) -> Estimate:
+               timelines: list, sync_s: float, opt_s: float, tied_s: float) -> Estimate:
     tokens = plan.global_batch_size * graph.seq_len
     tokens_per_s = tokens / iteration_s
     peak = 0.0
@@ -260,7 +232,7 @@ def _summarise(graph: LayerGraph, precision: str, plan: Plan, rank_node: dict[in
         usd_per_million_tokens=per_m, stages=tuple(stages),
         bubble_fraction=1.0 - busy / span if span > 0 else 0.0,
         feasible=not problems, problems=tuple(problems), timeline=tuple(timelines),
-        dp_sync_s=sync_s, optimizer_s=opt_s)
+        dp_sync_s=sync_s, optimizer_s=opt_s, tied_sync_s=tied_s)
 
 
 def with_prediction(plan: Plan, est: Estimate) -> Plan:

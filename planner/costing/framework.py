@@ -34,7 +34,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["DEEPSPEED_PIPELINE", "DEFAULT_FRAMEWORK", "MEGATRON_EAGER", "Framework"]
+__all__ = ["AMP_DEEPSPEED_MEGATRON", "DEEPSPEED_PIPELINE", "DEFAULT_FRAMEWORK", "MEGATRON_EAGER",
+           "Framework"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +57,13 @@ class Framework:
     vocab_parallel: bool = False
     """Embedding and LM head split over TP (False: whole on every TP rank, as in hetplan's
     runtime)."""
+    tied_grad_pairs: bool = False
+    """A tied weight's two copies (first and last stage) are all-reduced per pipeline, then the
+    last stage's copy joins that stage's DP all-reduce (Megatron's embedding group, DeepSpeed's
+    tied_comms). False: one all-reduce over every copy of every pipeline (hetplan's runtime,
+    `planner/runtime/grads.py`)."""
+    tied_grad_bytes: float | None = None
+    """Bytes per parameter of that per-pipeline all-reduce (None: the DP gradient bytes)."""
     p2p_blocking: bool = False
     """Pipeline p2p occupies sender and receiver (not overlapped with compute)."""
 
@@ -77,12 +85,20 @@ class Framework:
 DEFAULT_FRAMEWORK = Framework()
 
 MEGATRON_EAGER = Framework(name="megatron-eager-softmax", attention_flops_share=1.0,
-                           vocab_parallel=True)
+                           vocab_parallel=True, tied_grad_pairs=True)
 """Megatron-LM 1.x-3.x style: vocab-parallel embedding and logits, the masked s×s scores
 materialised by a (fused) softmax kernel: AMP's DeepSpeed-Megatron v1.1.5 (`megatron/mpu/
 layers.py`, `cross_entropy.py` in its repository) and Sailor's runs (eager attention, see
 docs/cost-model.md §7)."""
 
 DEEPSPEED_PIPELINE = Framework(name="deepspeed-pipeline", attention_flops_share=1.0,
-                               vocab_parallel=True, p2p_blocking=True)
+                               vocab_parallel=True, tied_grad_pairs=True, p2p_blocking=True)
 """DeepSpeed's `PipelineEngine` over Megatron (BLOOM, MT-NLG)."""
+
+AMP_DEEPSPEED_MEGATRON = Framework(name="deepspeed-megatron-1.1.5", attention_flops_share=1.0,
+                                   vocab_parallel=True, tied_grad_pairs=True, tied_grad_bytes=2)
+"""AMP's runs (DeepSpeed v0.3-era fork with Megatron-LM v1.1.5, fp16): Megatron's layers, and
+DeepSpeed's `_exec_reduce_tied_grads`, which all-reduces the fp16 `.grad` of the tied
+embedding over each pipeline's first and last stage (`fp32_allreduce` applies to the DP
+all-reduce only). Its blocking p2p is left out: modelled, it made every AMP figure worse
+(docs/cost-model.md §7)."""

@@ -57,7 +57,11 @@ class Estimate:
     timeline: Any = field(default=None, compare=False, repr=False)
     """The simulator's per-stage busy intervals (for Gantt charts): one Timeline per pipeline."""
     dp_sync_s: float = 0.0
-    """The slowest device's data-parallel gradient all-reduce (after the pipeline flush)."""
+    """The slowest device's exposed gradient all-reduce (after the pipeline flush): the
+    data-parallel one plus a tied weight's (`tied_sync_s`)."""
+    tied_sync_s: float = 0.0
+    """The slowest device's all-reduce of a tied weight's copies (e.g. a GPT head's embedding
+    matrix held on the first and last stage), part of `dp_sync_s`."""
     optimizer_s: float = 0.0
     """The slowest device's optimizer step."""
 
@@ -73,6 +77,7 @@ class Estimate:
             "usd_per_million_tokens": r(self.usd_per_million_tokens),
             "bubble_fraction": r(self.bubble_fraction),
             "dp_sync_s": r(self.dp_sync_s),
+            "tied_sync_s": r(self.tied_sync_s),
             "optimizer_s": r(self.optimizer_s),
             "feasible": self.feasible,
             "problems": list(self.problems),

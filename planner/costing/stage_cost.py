@@ -80,12 +80,24 @@ class LayerCostTable:
     optimizer_bytes_per_param: float
     recompute_s: tuple[float, ...] = (0.0,)
     """Prefix sums of the recompute part of `bwd_s`."""
+    ties: tuple[tuple[int, int, float, float], ...] = ()
+    """(layer, owner layer, parameters per GPU, Adam step s) of each tied weight a layer uses
+    but another counts: a stage holding the layer and not its owner keeps a copy."""
+
+    def tied_copy(self, start: int, end: int) -> tuple[float, float]:
+        """(parameters per GPU, Adam step s) of the tied copies layers [start, end) hold."""
+        params = update = 0.0
+        for layer, owner, p, u in self.ties:
+            if start <= layer < end and not start <= owner < end:
+                params, update = params + p, update + u
+        return params, update
 
     def stage(self, start: int, end: int) -> StageCost:
         if not 0 <= start < end < len(self.fwd_s):
             raise ValueError(f"layer range [{start}, {end}) is outside the graph's "
                              f"{len(self.fwd_s) - 1} layers")
-        params = self.params[end] - self.params[start]
+        copy_params, copy_update = self.tied_copy(start, end)
+        params = self.params[end] - self.params[start] + copy_params
         return StageCost(
             fwd_s=self.fwd_s[end] - self.fwd_s[start],
             bwd_s=self.bwd_s[end] - self.bwd_s[start],
@@ -96,7 +108,7 @@ class LayerCostTable:
             activation_bytes_per_microbatch=(self.activation_bytes[end]
                                              - self.activation_bytes[start]),
             p2p_bytes=self.output_bytes[end - 1],
-            optimizer_step_s=self.update_s[end] - self.update_s[start],
+            optimizer_step_s=self.update_s[end] - self.update_s[start] + copy_update,
             recompute_transient_bytes=max(self.transient_bytes[start:end]),
             recompute_s=self.recompute_s[end] - self.recompute_s[start],
         )
@@ -208,6 +220,17 @@ _CACHE: dict[tuple, tuple[LayerGraph, ProfileSet, LayerCostTable]] = {}
 _CACHE_MAX = 20_000
 
 
+def _ties(graph: LayerGraph, gpu: GpuSpec, tp: int,
+          fw: Framework) -> tuple[tuple[int, int, float, float], ...]:
+    """Tied weights as `LayerCostTable.ties`: the copy splits over TP like the layer using it."""
+    out = []
+    for i, layer in enumerate(graph.layers):
+        if layer.tied_params > 0 and 0 <= layer.tied_to < i:
+            per_gpu = layer.tied_params / (tp if tp_split(layer, fw) else 1)
+            out.append((i, layer.tied_to, per_gpu, adam_step_s(per_gpu, gpu)))
+    return tuple(out)
+
+
 def layer_cost_table(graph: LayerGraph, gpu: GpuSpec, tp: int, micro_batch: int,
                      recompute: str, *, precision: str, sequence_parallel: bool = False,
                      intra_node_gb_per_s: float | None = None, intra_node_link: str | None = None,
@@ -248,6 +271,7 @@ def layer_cost_table(graph: LayerGraph, gpu: GpuSpec, tp: int, micro_batch: int,
         state_bytes_per_param=state_bytes_per_param(precision),
         optimizer_bytes_per_param=optimizer_bytes_per_param(precision),
         recompute_s=prefix(cols[7]),
+        ties=_ties(graph, gpu, tp, framework),
     )
     if len(_CACHE) >= _CACHE_MAX:
         _CACHE.clear()

@@ -89,6 +89,9 @@ def layer_graph_from_stats(
     `per_sequence` divides every figure (a user's example batch may hold several).
     """
     last = len(plan) - 1
+    first_element: dict[int, int] = {}
+    for i, region in enumerate(plan):
+        first_element.setdefault(region, i)
     layers = []
     for i, region in enumerate(plan):
         st = stats[region]
@@ -118,6 +121,8 @@ def layer_graph_from_stats(
             max_tp=max_tp,
             matmul_dim=matmul_dim,
             tp_dims=tp_dims,
+            tied_params=st.shared_params if st.shared_with >= 0 else 0,
+            tied_to=first_element.get(st.shared_with, -1) if st.shared_params else -1,
         ))
     return LayerGraph(name=name, seq_len=seq_len, dtype_bytes=element_bytes,
                       layers=tuple(layers), op_graph=_op_graph(stats, plan))

@@ -57,6 +57,12 @@ class Layer:
     fwd_attention_flops: float = 0.0
     """The attention-core part of `fwd_matmul_flops` (q·kᵀ and p·v), counted non-causal;
     a causal fused kernel does about half of it."""
+    tied_params: int = 0
+    """Parameters this layer uses that another layer (`tied_to`) counts: a tied LM head's
+    embedding matrix. A stage holding this layer but not `tied_to` keeps its own copy (weights,
+    gradients, optimizer state), and the copies' gradients are all-reduced together."""
+    tied_to: int = -1
+    """Chain index of the layer that counts `tied_params` (-1: no tie)."""
     tp_dims: tuple[int, ...] = ()
     """Sizes a TP degree must divide (heads, KV heads, FFN width); empty: any degree up to
     `max_tp` (the embedding and head split a vocabulary Megatron-style, padded)."""
@@ -99,6 +105,8 @@ class Layer:
             "fwd_attention_flops": self.fwd_attention_flops,
             "fwd_memory_bytes": self.fwd_memory_bytes,
             "tp_dims": list(self.tp_dims),
+            "tied_params": self.tied_params,
+            "tied_to": self.tied_to,
         }
 
     @classmethod

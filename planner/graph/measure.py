@@ -70,6 +70,10 @@ class RegionStats:
     input_bytes: float = 0.0
     output_bytes: float = 0.0
     params: int = 0
+    shared_params: int = 0
+    """Parameters this region uses that are counted in an earlier region (a tied weight)."""
+    shared_with: int = -1
+    """The region that counts them (-1: none)."""
     ops: list[dict[str, Any]] = field(default_factory=list)
     """Forward ops in order: {op, flops, bytes, kind, inputs: [(region, op_index, bytes)]}."""
     output_op: int | None = None
@@ -91,6 +95,7 @@ class Recorder:
         self.core_flash = False
         self._param_keys = {_key(p): p for p in params}
         self._param_region: dict[int, int] = {}
+        self._param_users: dict[int, set[int]] = {}
         self._saved: set[int] = set()
         self._producer: dict[int, tuple[int, int]] = {}
         self._keep: list[torch.Tensor] = []
@@ -155,8 +160,9 @@ class Recorder:
         outs = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
         for t in ins:
             pkey = _key(t)
-            if pkey in self._param_keys and pkey not in self._param_region:
-                self._param_region[pkey] = self.region
+            if pkey in self._param_keys:
+                self._param_region.setdefault(pkey, self.region)
+                self._param_users.setdefault(pkey, set()).add(self.region)
         if flops:
             kind = "attention" if self.core_depth else "matmul"
         elif func.is_view or name in _METADATA_OPS:
@@ -187,10 +193,16 @@ class Recorder:
             self._keep.append(t)  # keeps id() unique for the whole trace
 
     def assign_params(self, params: Sequence[nn.Parameter]) -> None:
-        """Each parameter counts in the region that first used it (unused: region 0)."""
+        """Each parameter counts in the region that first used it (unused: region 0); a later
+        region that uses it too (a tied weight) records it as shared with that region."""
         for p in params:
-            region = self._param_region.get(_key(p), 0)
+            key = _key(p)
+            region = self._param_region.get(key, 0)
             self.stats[region].params += p.numel()
+            for other in sorted(self._param_users.get(key, ())):
+                if other != region:
+                    self.stats[other].shared_params += p.numel()
+                    self.stats[other].shared_with = region
 
 
 class _OpTrace(TorchDispatchMode):

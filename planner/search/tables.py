@@ -17,7 +17,7 @@ from cost_models.profiles import ProfileSet
 from planner.cluster.model import Cluster, Node, NodeGroup
 from planner.costing.framework import DEFAULT_FRAMEWORK, Framework
 from planner.costing.links import intra_link, nic_link, p2p_time_s
-from planner.costing.stage_cost import layer_cost_table
+from planner.costing.stage_cost import LayerCostTable, layer_cost_table
 from planner.graph.layers import LayerGraph
 
 __all__ = ["RECOMPUTE", "OptionCosts", "option_costs", "tp_degrees"]
@@ -98,6 +98,16 @@ def _ranges(prefix: tuple[float, ...] | np.ndarray) -> np.ndarray:
     return p[None, :] - p[:, None]
 
 
+def _tie_copies(table: LayerCostTable, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """(parameters per GPU, Adam step s) of the tied copies every range [i, j) holds, as
+    `LayerCostTable.tied_copy` gives them: ranges holding the layer but not its owner."""
+    params, update = np.zeros((n + 1, n + 1)), np.zeros((n + 1, n + 1))
+    for layer, owner, p, u in table.ties:  # the owner always comes first (extract.py)
+        params[owner + 1:layer + 1, layer + 1:] += p
+        update[owner + 1:layer + 1, layer + 1:] += u
+    return params, update
+
+
 def _range_max(values: np.ndarray) -> np.ndarray:
     """out[i, j] = max(values[i:j]) for i < j (0 elsewhere)."""
     n = len(values)
@@ -128,13 +138,14 @@ def option_costs(graph: LayerGraph, cluster: Cluster, group_index: int, tp: int,
             intra_node_link=group.intra_node, profiles=profiles, framework=framework)
         t = _ranges(table.fwd_s) + _ranges(table.bwd_s)
         times.append(np.where(valid, t, np.inf))
-        params = _ranges(table.params)
+        params = _ranges(table.params) + _tie_copies(table, n)[0]
         state = params * (table.state_bytes_per_param - table.optimizer_bytes_per_param)
         transient = _range_max(np.asarray(table.transient_bytes, dtype=float))
         fixed.append((state + transient) / GIB + FRAMEWORK_OVERHEAD_GIB)
         acts.append(_ranges(table.activation_bytes) / GIB)
     assert table is not None
-    params = _ranges(table.params)
+    copy_params, copy_update = _tie_copies(table, n)
+    params = _ranges(table.params) + copy_params
     sync_bytes = dp_sync_bytes_per_param(graph.dtype_bytes, zero1=True)
     has_params = _ranges(np.concatenate(
         [[0.0], np.cumsum([1.0 if layer.params > 0 else 0.0 for layer in graph.layers])]))
@@ -148,6 +159,6 @@ def option_costs(graph: LayerGraph, cluster: Cluster, group_index: int, tp: int,
         group=group_index, tp=tp, micro_batch=micro_batch, capacity_gib=group.gpu.memory_gib,
         time_s=np.stack(times), fixed_gib=np.stack(fixed),
         optimizer_gib=params * table.optimizer_bytes_per_param / GIB,
-        act_gib=np.stack(acts), update_s=_ranges(table.update_s),
+        act_gib=np.stack(acts), update_s=_ranges(table.update_s) + copy_update,
         grad_bytes=params * sync_bytes,
         ring_layers=has_params, send_s=send)

@@ -10,8 +10,9 @@ counted (all such rows failed or ran out of memory in AMP's runs anyway).
 Ranks are Megatron/DeepSpeed order (model fastest, then data, then pipe) over the cluster files
 amp-het (3 V100 nodes first, the T4 node last, as AMP's het_cluster.py lists them) and amp-t4.
 With fewer micro-batches than stages we simulate GPipe (1F1B then degenerates to it).
-The framework is `MEGATRON_EAGER`: AMP ran DeepSpeed-Megatron v1.1.5 (vocab-parallel
-embedding and logits, masked softmax over the full s×s scores).
+The framework is `AMP_DEEPSPEED_MEGATRON`: AMP ran DeepSpeed-Megatron v1.1.5 (vocab-parallel
+embedding and logits, masked softmax over the full s×s scores, fp16 tied-embedding all-reduce
+between each pipeline's first and last stage).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from pathlib import Path
 from cost_models.profiles import ProfileSet
 from planner.cluster import load_cluster
 from planner.costing.estimate import estimate
-from planner.costing.framework import MEGATRON_EAGER
+from planner.costing.framework import AMP_DEEPSPEED_MEGATRON
 from planner.costing.megatron import megatron_plan
 from planner.costing.validation.common import FileReport, Row, graph_for, summarise
 from planner.errors import HetplanError
@@ -80,7 +81,8 @@ def amp_reports(data_dir: Path, profiles: ProfileSet) -> list[FileReport]:
             except HetplanError as exc:
                 rows[exp].append(Row(label, measured, None, used=False, note=str(exc)))
                 continue
-            est = estimate(graph, cluster, plan, profiles=profiles, framework=MEGATRON_EAGER)
+            est = estimate(graph, cluster, plan, profiles=profiles,
+                           framework=AMP_DEEPSPEED_MEGATRON)
             note = "" if measured is not None else rec["status"]
             if not est.feasible:
                 note = (note + "; " if note else "") + "we predict OOM"

@@ -10,10 +10,13 @@ we estimate at fp32. Layer units include the embedding and the head, as our chai
 Two rows are excluded from the metrics (reported, marked): clariden GPT-NEO N4_D4, whose plan
 file is a copy of an OPT-350M plan (26 units for a 34-unit model), and mit N3_D1, whose
 measurement is repeated exactly by mit N6_D2 (same time, gradient time and memory to 5
-digits). The copy is N3_D1's: its 5.46 s of gradient reduction cannot come from a plan with
-no data parallelism (only the tied embedding's gradient crosses nodes: 51.5 M fp32 values,
-206 MB through each node's NIC, ~1.8 s at the cluster's 1 Gbit/s),
-while N6_D2, three pipelines of two nodes each, needs 5.04 s for its all-reduce.
+digits). The copy is N3_D1's: its 5.46 s of data-parallel gradient reduction
+(`red_grads_field`) cannot come from a plan with no data parallelism (the other two such
+plans, N2_D1 and N4_D1, report 0.008 and 0.002 s), while N6_D2, three pipelines of two nodes
+each, needs 5.4 s for its all-reduce by our model.
+OPT-350M ties its LM head to the embedding; Sailor's Megatron-DeepSpeed keeps the default
+(`TiedLayerSpec`), so the framework is `MEGATRON_EAGER`, whose tied all-reduce runs per
+pipeline.
 """
 
 from __future__ import annotations
