@@ -103,3 +103,18 @@ def test_torch_rank_map_follows_torchrun_numbering() -> None:
                     nodes={0: ("x", 0), 1: ("y", 3)})
     with pytest.raises(HetplanError, match="local_rank 3 on node y"):
         torch_rank_map(bad)
+
+
+@pytest.mark.parametrize("schedule,stages,virtual,micro", [
+    ("gpipe", 3, 1, 5), ("1f1b", 4, 1, 8), ("1f1b", 3, 1, 2), ("interleaved", 2, 2, 4),
+    ("interleaved", 4, 2, 8), ("interleaved", 3, 3, 6)])
+def test_runtime_runs_the_order_the_simulator_prices(schedule: str, stages: int, virtual: int,
+                                                     micro: int) -> None:
+    """One generator: the runtime's action lists are the simulator's per-device ops."""
+    from planner.simulate import device_orders
+
+    orders = device_orders(stages, virtual, micro, schedule)
+    lists = pipeline_actions(schedule, stages, virtual, micro)
+    for s, (ops, actions) in enumerate(zip(orders, lists, strict=True)):
+        assert [("B" if b else "F", c // stages, m) for b, m, c in ops] == actions, s
+        assert all(c % stages == s for _, _, c in ops)

@@ -9,58 +9,22 @@ from __future__ import annotations
 
 from typing import Literal
 
+from planner.simulate.order import device_ops
+
 __all__ = ["Action", "actions_for", "check_deadlock_free", "pipeline_actions"]
 
 Action = tuple[Literal["F", "B"], int, int]
 
 
-def _forward_order(num_groups: int, virtual: int, microbatches: int) -> list[tuple[int, int]]:
-    # Megatron's interleaved order: micro-batches in groups of S, each group through chunk 0,
-    # then chunk 1, ... (V = 1 reduces to plain micro-batch order).
-    out = []
-    for start in range(0, microbatches, num_groups):
-        group = range(start, min(start + num_groups, microbatches))
-        for v in range(virtual):
-            out.extend((v, m) for m in group)
-    return out
-
-
-def _backward_order(num_groups: int, virtual: int, microbatches: int) -> list[tuple[int, int]]:
-    out = []
-    for start in range(0, microbatches, num_groups):
-        group = range(start, min(start + num_groups, microbatches))
-        for v in reversed(range(virtual)):
-            out.extend((v, m) for m in group)
-    return out
-
-
-def _one_f_one_b(fwd: list[tuple[int, int]], bwd: list[tuple[int, int]],
-                 warmup: int) -> list[Action]:
-    warmup = min(warmup, len(fwd))
-    out: list[Action] = [("F", v, m) for v, m in fwd[:warmup]]
-    f, b = warmup, 0
-    while f < len(fwd):
-        out.append(("F", *fwd[f]))
-        f += 1
-        out.append(("B", *bwd[b]))
-        b += 1
-    out.extend(("B", v, m) for v, m in bwd[b:])
-    return out
-
-
 def actions_for(schedule: str, group: int, num_groups: int, virtual: int, microbatches: int,
                 warmup_extra: int = 0) -> list[Action]:
-    """The action list of device group `group` (0-based) of a pipeline."""
-    fwd = _forward_order(num_groups, virtual, microbatches)
-    bwd = _backward_order(num_groups, virtual, microbatches)
-    if schedule == "gpipe":
-        return [("F", v, m) for v, m in fwd] + [("B", v, m) for v, m in bwd]
-    if schedule in ("1f1b", "interleaved") and virtual == 1:
-        return _one_f_one_b(fwd, bwd, num_groups - group - 1 + warmup_extra)
-    if schedule == "interleaved":
-        warm = (num_groups - group - 1) * 2 + (virtual - 1) * num_groups
-        return _one_f_one_b(fwd, bwd, warm + warmup_extra)
-    raise ValueError(f"schedule {schedule!r} with {virtual} virtual stages is not supported")
+    """The action list of device group `group` (0-based) of a pipeline: the simulator's order
+    (`planner.simulate.order.device_ops`, one generator for both) as runtime actions."""
+    if schedule not in ("gpipe", "1f1b", "interleaved") or (
+            virtual > 1 and schedule != "interleaved"):
+        raise ValueError(f"schedule {schedule!r} with {virtual} virtual stages is not supported")
+    ops = device_ops(group, num_groups, virtual, microbatches, schedule, warmup_extra)
+    return [("B" if backward else "F", chunk // num_groups, m) for backward, m, chunk in ops]
 
 
 def check_deadlock_free(lists: list[list[Action]], virtual: int) -> bool:

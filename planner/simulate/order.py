@@ -8,7 +8,7 @@ cools down; interleaved 1F1B walks micro-batches in groups of S per model chunk.
 
 from __future__ import annotations
 
-__all__ = ["SCHEDULES", "device_orders"]
+__all__ = ["SCHEDULES", "device_ops", "device_orders"]
 
 SCHEDULES = ("1f1b", "gpipe", "interleaved")
 
@@ -26,45 +26,38 @@ def device_orders(num_devices: int, virtual_stages: int, microbatches: int,
     if v > 1 and schedule != "interleaved":
         raise ValueError(f"virtual_stages is {v} but schedule is {schedule!r}; "
                          "use schedule 'interleaved' or virtual_stages 1")
-    if schedule == "gpipe":
-        return [[(False, i, s) for i in range(m)] + [(True, i, s) for i in range(m)]
-                for s in range(s_count)]
-    if schedule == "1f1b" or v == 1:
-        # Interleaving with one chunk per device is plain 1F1B (Megatron picks that function).
-        return [_one_f_one_b(s, s_count, m) for s in range(s_count)]
-    if m % s_count:
+    if schedule == "interleaved" and v > 1 and m % s_count:
         raise ValueError(f"interleaved schedule needs micro-batches ({m}) divisible by the "
                          f"pipeline stages ({s_count}), as Megatron-LM does; use "
                          f"{(m // s_count + 1) * s_count} micro-batches or schedule '1f1b'")
-    return [_interleaved(s, s_count, v, m) for s in range(s_count)]
+    return [device_ops(s, s_count, v, m, schedule) for s in range(s_count)]
 
 
-def _one_f_one_b(s: int, s_count: int, m: int) -> list[Op]:
-    warmup = min(s_count - s - 1, m)
-    ops: list[Op] = [(False, i, s) for i in range(warmup)]
-    for i in range(m - warmup):
-        ops.append((False, warmup + i, s))
-        ops.append((True, i, s))
-    ops.extend((True, i, s) for i in range(m - warmup, m))
+def device_ops(s: int, s_count: int, v: int, m: int, schedule: str,
+               warmup_extra: int = 0) -> list[Op]:
+    """Device s's ops. Forwards walk micro-batches in groups of S, each group through chunk 0,
+    then chunk 1, ... (a last group may be short); backwards walk the chunks in reverse.
+    `warmup_extra` adds warm-up forwards: the runtime's fallback when micro-batches do not
+    divide into groups of S and Megatron's warm-up count would deadlock."""
+    fwd = _order(s, s_count, v, m, backward=False)
+    bwd = _order(s, s_count, v, m, backward=True)
+    if schedule == "gpipe":
+        return fwd + bwd
+    # 1F1B (and interleaving with one chunk per device, as Megatron does): S−s−1 warm-up
+    # forwards; interleaved: Megatron's (S−s−1)·2 on top of (V−1)·S.
+    warmup = s_count - s - 1 if v == 1 else (s_count - s - 1) * 2 + (v - 1) * s_count
+    warmup = min(warmup + warmup_extra, len(fwd))
+    ops = fwd[:warmup]
+    for f, b in zip(fwd[warmup:], bwd, strict=False):
+        ops += [f, b]
+    ops.extend(bwd[len(fwd) - warmup:])
     return ops
 
 
-def _interleaved(s: int, s_count: int, v: int, m: int) -> list[Op]:
-    group = s_count * v
-    total = m * v
-
-    def op(k: int, backward: bool) -> Op:
-        local = (k % group) // s_count
-        if backward:
-            local = v - 1 - local
-        micro = (k // group) * s_count + k % s_count
-        return (backward, micro, local * s_count + s)
-
-    # Megatron: (S−s−1)·2 extra warm-up forwards on top of (V−1)·S, capped at all of them.
-    warmup = min((s_count - s - 1) * 2 + (v - 1) * s_count, total)
-    ops = [op(k, False) for k in range(warmup)]
-    for k in range(total - warmup):
-        ops.append(op(k + warmup, False))
-        ops.append(op(k, True))
-    ops.extend(op(k, True) for k in range(total - warmup, total))
-    return ops
+def _order(s: int, s_count: int, v: int, m: int, backward: bool) -> list[Op]:
+    out: list[Op] = []
+    for start in range(0, m, s_count):
+        group = range(start, min(start + s_count, m))
+        for local in (reversed(range(v)) if backward else range(v)):
+            out.extend((backward, i, local * s_count + s) for i in group)
+    return out
