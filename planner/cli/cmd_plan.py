@@ -110,10 +110,14 @@ def plan(
     top_k: Annotated[int, typer.Option("--top-k", help="Alternatives to list.")] = 5,
     sequence_parallel: Annotated[bool, typer.Option(
         "--sequence-parallel", help="Plan with Megatron sequence parallelism.")] = False,
+    framework: Annotated[str, typer.Option(
+        "--framework", help="Runtime to price: hetplan (what `hetplan launch` runs) | "
+        "megatron.")] = "hetplan",
     json_out: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
     """Find the fastest (or cheapest) plan for MODEL on CLUSTER, exactly."""
     from planner.cluster import load_cluster
+    from planner.costing.framework import framework_named
     from planner.graph import load_model
     from planner.search import plan as search
 
@@ -121,13 +125,14 @@ def plan(
         raise HetplanError(f"--objective {objective!r}: use throughput or cost")
     if top_k < 1:
         raise HetplanError(f"--top-k {top_k}: must be at least 1")
+    fw = framework_named(framework)
     m = load_model(model)
     cl = load_cluster(cluster)
     bar = None if json_out else _Bar()
     try:
         result = search(m, cl, global_batch_size=global_batch, objective=objective,
                         budget_usd_per_hour=budget_usd_per_hour, top_k=top_k,
-                        sequence_parallel=sequence_parallel, progress=bar)
+                        sequence_parallel=sequence_parallel, progress=bar, framework=fw)
     finally:
         if bar is not None:
             bar.close()

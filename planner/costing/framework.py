@@ -34,8 +34,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["AMP_DEEPSPEED_MEGATRON", "DEEPSPEED_PIPELINE", "DEFAULT_FRAMEWORK", "MEGATRON_EAGER",
-           "Framework"]
+__all__ = ["AMP_DEEPSPEED_MEGATRON", "DEEPSPEED_PIPELINE", "DEFAULT_FRAMEWORK", "FRAMEWORKS",
+           "MEGATRON_CORE", "MEGATRON_EAGER", "Framework", "framework_named"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,3 +102,20 @@ DeepSpeed's `_exec_reduce_tied_grads`, which all-reduces the fp16 `.grad` of the
 embedding over each pipeline's first and last stage (`fp32_allreduce` applies to the DP
 all-reduce only). Its blocking p2p is left out: modelled, it made every AMP figure worse
 (docs/cost-model.md §7)."""
+
+MEGATRON_CORE = Framework(name="megatron", vocab_parallel=True, tied_grad_pairs=True)
+"""Megatron-LM / Megatron-core as launched today: causal flash attention, vocab-parallel
+embedding and head, the embedding group for tied weights (for teams that plan with hetplan and
+launch Megatron themselves; `hetplan launch` always runs hetplan's runtime)."""
+
+FRAMEWORKS = {"hetplan": DEFAULT_FRAMEWORK, "megatron": MEGATRON_CORE}
+"""The runtimes `hetplan plan / estimate --framework` price."""
+
+
+def framework_named(name: str) -> Framework:
+    """The framework record for a CLI name; HetplanError (one line) for an unknown one."""
+    from planner.errors import HetplanError
+
+    if name not in FRAMEWORKS:
+        raise HetplanError(f"--framework {name!r}: use one of {', '.join(FRAMEWORKS)}")
+    return FRAMEWORKS[name]
