@@ -19,17 +19,21 @@ from __future__ import annotations
 
 import csv
 import json
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from cost_models.profiles import ProfileSet
 from planner.cluster import load_cluster
+from planner.cluster.model import Cluster
 from planner.costing.estimate import estimate
 from planner.costing.framework import AMP_DEEPSPEED_MEGATRON
 from planner.costing.megatron import megatron_plan
 from planner.costing.validation.common import FileReport, Row, graph_for, summarise
 from planner.errors import HetplanError
+from planner.schema import Plan
 
-__all__ = ["amp_reports", "unit_boundary_to_chain"]
+__all__ = ["AmpRun", "amp_reports", "amp_runs", "unit_boundary_to_chain"]
 
 _FILE = "amp_measured_plans.csv"
 _CLUSTERS = {"homogeneous": "amp-t4", "het_cluster": "amp-het"}
@@ -56,36 +60,68 @@ def _layers_per_stage(bounds: list[int]) -> list[int] | None:
     return counts if all(c > 0 for c in counts) else None
 
 
-def amp_reports(data_dir: Path, profiles: ProfileSet) -> list[FileReport]:
-    path = data_dir / _FILE
+@dataclass(frozen=True)
+class AmpRun:
+    """One row of amp_measured_plans.csv as a plan on our cluster files."""
+
+    experiment: str
+    label: str
+    measured_s: float | None
+    status: str
+    micro_batch: int
+    tp: int
+    pp: int
+    dp: int
+    plan: Plan | None
+    """None when the row cannot be expressed (`note` says why)."""
+    cluster: Cluster
+    note: str = ""
+
+
+def amp_runs(data_dir: Path,
+             clusters: dict[str, str | Cluster] | None = None) -> Iterator[AmpRun]:
+    """Every measured AMP configuration, in file order. `clusters` maps an experiment to a
+    cluster name or Cluster (default: amp-t4 and amp-het)."""
     graph = graph_for("gpt2-amp")
-    rows: dict[str, list[Row]] = {k: [] for k in _CLUSTERS}
-    with path.open(newline="") as fh:
+    chosen: dict[str, str | Cluster] = {**_CLUSTERS, **(clusters or {})}
+    resolved = {k: v if isinstance(v, Cluster) else load_cluster(v) for k, v in chosen.items()}
+    with (data_dir / _FILE).open(newline="") as fh:
         for rec in csv.DictReader(fh):
             exp = rec["experiment"]
             mb, tp, pp, dp = (int(rec[k]) for k in ("micro_batch", "tp", "pp", "dp"))
             bounds = json.loads(rec["layer_partition_boundaries(30_units)"])
             measured = float(rec["measured_s_per_iter"]) if rec["measured_s_per_iter"] else None
-            label = f"mb{mb} tp{tp} pp{pp} dp{dp} {bounds}"
+            base = dict(experiment=exp, label=f"mb{mb} tp{tp} pp{pp} dp{dp} {bounds}",
+                        measured_s=measured, status=rec["status"], micro_batch=mb, tp=tp,
+                        pp=pp, dp=dp, cluster=resolved[exp])
             counts = _layers_per_stage(bounds)
             if counts is None:
-                rows[exp].append(Row(label, measured, None, used=False,
-                                     note="partition not expressible on our chain"))
+                yield AmpRun(**base, plan=None, note="partition not expressible on our chain")
                 continue
-            cluster = load_cluster(_CLUSTERS[exp])
             per_pipe = 32 // (dp * mb)
             try:
-                plan = megatron_plan(graph, cluster, tp=tp, pp=pp, dp=dp, micro_batch=mb,
-                                     global_batch=32, layers_per_stage=counts,
+                plan = megatron_plan(graph, base["cluster"], tp=tp, pp=pp, dp=dp,
+                                     micro_batch=mb, global_batch=32, layers_per_stage=counts,
                                      schedule="1f1b" if per_pipe >= pp else "gpipe")
             except HetplanError as exc:
-                rows[exp].append(Row(label, measured, None, used=False, note=str(exc)))
+                yield AmpRun(**base, plan=None, note=str(exc))
                 continue
-            est = estimate(graph, cluster, plan, profiles=profiles,
-                           framework=AMP_DEEPSPEED_MEGATRON)
-            note = "" if measured is not None else rec["status"]
-            if not est.feasible:
-                note = (note + "; " if note else "") + "we predict OOM"
-            rows[exp].append(Row(label, measured, est.iteration_time_s, feasible=est.feasible,
-                                 note=note))
+            yield AmpRun(**base, plan=plan)
+
+
+def amp_reports(data_dir: Path, profiles: ProfileSet) -> list[FileReport]:
+    graph = graph_for("gpt2-amp")
+    rows: dict[str, list[Row]] = {k: [] for k in _CLUSTERS}
+    for run in amp_runs(data_dir):
+        if run.plan is None:
+            rows[run.experiment].append(Row(run.label, run.measured_s, None, used=False,
+                                            note=run.note))
+            continue
+        est = estimate(graph, run.cluster, run.plan, profiles=profiles,
+                       framework=AMP_DEEPSPEED_MEGATRON)
+        note = "" if run.measured_s is not None else run.status
+        if not est.feasible:
+            note = (note + "; " if note else "") + "we predict OOM"
+        rows[run.experiment].append(Row(run.label, run.measured_s, est.iteration_time_s,
+                                        feasible=est.feasible, note=note))
     return [summarise(_FILE, exp, "s/iter", rows[exp], _TARGETS[exp]) for exp in _CLUSTERS]
