@@ -28,3 +28,4 @@ bench: $(STAMP)
 	$(BIN)/python bench/bench_simulate.py
 	$(BIN)/python bench/search_speed.py
 	$(BIN)/python bench/accuracy.py
+	$(BIN)/python bench/amp_het_probes.py
