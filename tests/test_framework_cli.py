@@ -52,5 +52,21 @@ def test_plan_framework_flag_predicts_with_that_runtime(capsys: pytest.CaptureFi
                             "--global-batch", "64", "-o", str(out_file), "--json"], capsys)
     assert code == 0, err
     plan = Plan.load(str(out_file))
+    assert plan.predicted["framework"] == "megatron"
     again = estimate(None, None, plan, framework=MEGATRON_CORE)
     assert plan.predicted["iteration_time_s"] == pytest.approx(again.iteration_time_s, abs=1e-9)
+    # `estimate PLAN.json` prices the framework the plan names unless told otherwise.
+    code, out, err = run_cli(["estimate", str(out_file), "--json"], capsys)
+    assert code == 0, err
+    assert json.loads(out)["iteration_time_s"] == pytest.approx(again.iteration_time_s,
+                                                                 abs=1e-8)
+    code, out, _ = run_cli(["estimate", str(out_file), "--framework", "hetplan", "--json"],
+                           capsys)
+    ours = estimate(None, None, plan, framework=DEFAULT_FRAMEWORK)
+    assert json.loads(out)["iteration_time_s"] == pytest.approx(ours.iteration_time_s, abs=1e-8)
+    # launch still writes the scripts, with a one-line warning on stderr.
+    code, _, err = run_cli(["launch", str(out_file), "--out-dir", str(tmp_path / "l")], capsys)
+    assert code == 0
+    assert [line for line in err.splitlines() if line.startswith("warning:")] == [
+        f"warning: {out_file} was priced for megatron; these scripts run hetplan's runtime, so "
+        "expect `hetplan estimate --framework hetplan`'s figures"]

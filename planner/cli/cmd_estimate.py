@@ -94,15 +94,15 @@ def estimate(
                      ] = False,
     no_profiles: Annotated[bool, typer.Option("--no-profiles", help="Analytic model only.")
                            ] = False,
-    framework: Annotated[str, typer.Option(
+    framework: Annotated[str | None, typer.Option(
         "--framework", help="Runtime to price: hetplan (what `hetplan launch` runs) | "
-        "megatron.")] = "hetplan",
+        "megatron. Default: the one a plan file was priced for, else hetplan.")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
     """Predict iteration time, throughput, MFU, $ and per-stage memory of a given plan."""
     from cost_models.profiles import ProfileSet
     from planner.costing import estimate as run_estimate
-    from planner.costing.framework import framework_named
+    from planner.costing.framework import framework_named, framework_of
     from planner.schema import Plan
 
     if recompute not in ("none", "selective", "full"):
@@ -110,9 +110,9 @@ def estimate(
     if schedule not in ("1f1b", "gpipe", "interleaved"):
         raise HetplanError(f"--schedule {schedule!r}: use 1f1b, gpipe or interleaved")
     profiles = ProfileSet() if no_profiles else None
-    fw = framework_named(framework)
     if model_or_plan.endswith(".json") and cluster is None:
         plan = Plan.load(model_or_plan)
+        fw = framework_named(framework or framework_of(plan.predicted))
         est = run_estimate(None, None, plan, profiles=profiles, framework=fw)
         title = f"{plan.model.get('name', 'model')} on {plan.cluster.get('name', 'cluster')}"
     else:
@@ -123,7 +123,8 @@ def estimate(
             layers_per_stage=layers_per_stage, micro_batch=micro_batch, recompute=recompute,
             sequence_parallel=sequence_parallel, schedule=schedule,
             virtual_stages=virtual_stages, zero1=zero1)
-        est = run_estimate(model, cl, plan, profiles=profiles, framework=fw)
+        est = run_estimate(model, cl, plan, profiles=profiles,
+                           framework=framework_named(framework or "hetplan"))
         title = f"{model.name} on {cl.name}"
     if json_out:
         print_json(est.to_dict())

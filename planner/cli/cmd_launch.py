@@ -22,10 +22,17 @@ def launch(
     json_out: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
     """Write one torchrun script per node (and ranks.tsv) for a plan."""
+    from planner.costing.framework import framework_of
     from planner.runtime.launch import write_scripts
     from planner.schema import Plan
 
     plan = Plan.load(plan_file)
+    priced = framework_of(plan.predicted)
+    if priced != "hetplan":
+        # stderr, one line: the scripts still work, but the predictions describe another runtime.
+        typer.echo(f"warning: {plan_file} was priced for {priced}; these scripts run hetplan's "
+                   "runtime, so expect `hetplan estimate --framework hetplan`'s figures",
+                   err=True)
     scripts = write_scripts(plan, out_dir)
     if json_out:
         print_json({"out_dir": str(out_dir), "world_size": len(plan.ranks), "nodes": [

@@ -235,10 +235,11 @@ def _summarise(graph: LayerGraph, precision: str, plan: Plan, rank_node: dict[in
         dp_sync_s=sync_s, optimizer_s=opt_s, tied_sync_s=tied_s)
 
 
-def with_prediction(plan: Plan, est: Estimate) -> Plan:
+def with_prediction(plan: Plan, est: Estimate, framework: str | None = None) -> Plan:
     """A copy of `plan` with `predicted` filled from `est` (full float precision: equal inputs
-    give equal floats, hence equal bytes on disk)."""
-    predicted = {
+    give equal floats, hence equal bytes on disk), naming the `framework` it was priced for
+    when that is one `hetplan estimate --framework` knows."""
+    predicted: dict[str, Any] = {
         "iteration_time_s": est.iteration_time_s,
         "tokens_per_s": est.tokens_per_s,
         "mfu": est.mfu,
@@ -249,4 +250,6 @@ def with_prediction(plan: Plan, est: Estimate) -> Plan:
                     "bwd_ms": s.bwd_ms, "peak_memory_gib": s.peak_memory_gib}
                    for s in est.stages],
     }
+    if framework is not None:
+        predicted["framework"] = framework
     return plan.model_copy(update={"predicted": predicted})

@@ -35,7 +35,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 __all__ = ["AMP_DEEPSPEED_MEGATRON", "DEEPSPEED_PIPELINE", "DEFAULT_FRAMEWORK", "FRAMEWORKS",
-           "MEGATRON_CORE", "MEGATRON_EAGER", "Framework", "framework_named"]
+           "MEGATRON_CORE", "MEGATRON_EAGER", "Framework", "framework_named", "framework_of"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +110,12 @@ launch Megatron themselves; `hetplan launch` always runs hetplan's runtime)."""
 
 FRAMEWORKS = {"hetplan": DEFAULT_FRAMEWORK, "megatron": MEGATRON_CORE}
 """The runtimes `hetplan plan / estimate --framework` price."""
+
+
+def framework_of(plan_predicted: dict | None) -> str:
+    """The framework name a plan file was priced for (`predicted.framework`; "hetplan" when
+    absent: plans written before the field, or by hand)."""
+    return str((plan_predicted or {}).get("framework", "hetplan"))
 
 
 def framework_named(name: str) -> Framework:

@@ -14,7 +14,7 @@ from typing import Any
 
 from cost_models.profiles import ProfileSet
 from planner.costing.estimate import estimate, with_prediction
-from planner.costing.framework import DEFAULT_FRAMEWORK, Framework
+from planner.costing.framework import DEFAULT_FRAMEWORK, FRAMEWORKS, Framework
 from planner.costing.resolve import resolve_cluster, resolve_model
 from planner.costing.result import Estimate
 from planner.errors import HetplanError
@@ -129,7 +129,8 @@ def plan(model: Any, cluster: Any, *, global_batch_size: int | None = None,
         raise explain_infeasible(graph, cluster, search, sizes, budget_usd_per_hour)
     costed.sort(key=lambda c: c[0])
     top = costed[:top_k]
-    plans = tuple(with_prediction(p, e) for _, p, e in top)
+    name = next((k for k, f in FRAMEWORKS.items() if f == framework), None)
+    plans = tuple(with_prediction(p, e, name) for _, p, e in top)
     stats = SearchStats(shapes=search.shapes, shapes_pruned=search.pruned,
                         programs=search.programs, candidates=len(raw), costed=len(seen),
                         seconds=time.perf_counter() - start,
