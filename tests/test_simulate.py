@@ -65,6 +65,22 @@ def _oracle_finish(chunks: list[StageTiming], m: int, schedule: str, v: int) -> 
         for k, op in enumerate(order):
             prev[op] = order[k - 1] if k else None
 
+    # A link between chunk c and c + 1 carries one micro-batch at a time per direction, in
+    # micro-batch order: a transfer starts when its tensor exists and the previous one arrived.
+    @functools.cache
+    def act_arrives(i: int, c: int) -> float:
+        start = end((False, i, c))
+        if i > 0:
+            start = max(start, act_arrives(i - 1, c))
+        return start + chunks[c].send_s
+
+    @functools.cache
+    def grad_arrives(i: int, c: int) -> float:  # from chunk c + 1 to chunk c
+        start = end((True, i, c + 1))
+        if i > 0:
+            start = max(start, grad_arrives(i - 1, c))
+        return start + chunks[c].send_s
+
     @functools.cache
     def end(op: tuple) -> float:
         backward, i, c = op
@@ -73,10 +89,10 @@ def _oracle_finish(chunks: list[StageTiming], m: int, schedule: str, v: int) -> 
         if backward:
             ready = max(ready, end((False, i, c)))
             if c + 1 < len(chunks):
-                ready = max(ready, end((True, i, c + 1)) + chunks[c].send_s)
+                ready = max(ready, grad_arrives(i, c))
             return ready + chunks[c].bwd_s
         if c > 0:
-            ready = max(ready, end((False, i, c - 1)) + chunks[c - 1].send_s)
+            ready = max(ready, act_arrives(i, c - 1))
         return ready + chunks[c].fwd_s
 
     return {op: end(op) for op in prev}
@@ -135,13 +151,15 @@ def test_sends_follow_their_ops(seed: int) -> None:
     chunks, m, schedule, v = _random_case(random.Random(100 + seed))
     t = simulate(chunks, m, schedule, v)
     ends = {(e.kind, e.microbatch, e.chunk): e.end_s for e in t.events}
-    for e in t.events:
-        if e.kind == "send":
-            assert e.start_s == ends["fwd", e.microbatch, e.chunk]
-            assert e.end_s - e.start_s == pytest.approx(chunks[e.chunk].send_s)
-        elif e.kind == "send_grad":
-            assert e.start_s == ends["bwd", e.microbatch, e.chunk]
-            assert e.end_s - e.start_s == pytest.approx(chunks[e.chunk - 1].send_s)
+    sends = {(e.kind, e.microbatch, e.chunk): e for e in t.events
+             if e.kind in ("send", "send_grad")}
+    for (kind, i, c), e in sends.items():
+        op = "fwd" if kind == "send" else "bwd"
+        # On the wire once the tensor exists and the link has delivered micro-batch i − 1.
+        link_free = sends[kind, i - 1, c].end_s if i > 0 else 0.0
+        assert e.start_s == pytest.approx(max(ends[op, i, c], link_free), abs=1e-12)
+        link = c if kind == "send" else c - 1
+        assert e.end_s - e.start_s == pytest.approx(chunks[link].send_s)
 
 
 def test_max_inflight_one_f_one_b_and_gpipe() -> None:
@@ -211,3 +229,17 @@ def test_with_events_redoes_a_numbers_only_run(seed: int) -> None:
     assert quick.events == () and quick.makespan_s == full.makespan_s
     assert with_events(quick) == full
     assert with_events(full) is full
+
+
+def test_a_slow_link_carries_one_microbatch_at_a_time() -> None:
+    """GPipe, 2 stages, forward 1 s, backward 1 s, 3 s per transfer, 4 micro-batches: the link,
+    not the compute, paces the second stage. Activations leave at 1, 2, 3, 4 s but the link
+    delivers one every 3 s: arrivals 4, 7, 10, 13; the second stage's last forward ends at
+    14 s (a pure delay would say 8 s)."""
+    chunks = [StageTiming(1.0, 1.0, 3.0, 0), StageTiming(1.0, 1.0, 0.0, 1)]
+    t = simulate(chunks, 4, "gpipe")
+    fwd1 = sorted(e.end_s for e in t.events if e.kind == "fwd" and e.chunk == 1)
+    assert fwd1 == [5.0, 8.0, 11.0, 14.0]
+    # Backward of stage 1 runs 14-18; gradients reach stage 0 at 18, 21, 24, 27 (the link
+    # again); stage 0's last backward ends at 28.
+    assert t.pipeline_s == pytest.approx(28.0)

@@ -1,11 +1,12 @@
 """Event simulation of one pipeline's iteration over heterogeneous chunks and p2p delays.
 
 Each device runs one op at a time, in its schedule's order (`order.py`). An op starts when its
-device is free and its input has arrived: a forward needs the previous chunk's forward output
-(its end + that chunk's `send_s`), a backward needs the next chunk's backward gradient (its end +
-this chunk's `send_s`) and its own forward. p2p transfers run beside compute (separate streams),
-so a send never blocks the sender. After its last backward a device all-reduces its gradients
-over data parallelism (`dp_sync_s`) and steps the optimizer (`optimizer_s`).
+device is free and its input has arrived: a forward needs the previous chunk's forward output,
+a backward needs the next chunk's backward gradient and its own forward. p2p transfers run
+beside compute (separate streams), so a send never blocks the sender; each link carries one
+micro-batch at a time per direction, in order (`send_s` each), so transfers slower than the
+compute queue up. After its last backward a device all-reduces its gradients over data
+parallelism (`dp_sync_s`) and steps the optimizer (`optimizer_s`).
 """
 
 from __future__ import annotations
@@ -56,6 +57,11 @@ def simulate(chunks: Sequence[StageTiming], microbatches: int, schedule: str = "
     rec_s = [c.recompute_s for c in chunks]
     fwd_end = [[-1.0] * m for _ in range(n_chunks)]
     bwd_end = [[-1.0] * m for _ in range(n_chunks)]
+    # Arrival of chunk c's activation at c + 1 / of chunk c + 1's gradient at c. A link carries
+    # one micro-batch at a time in each direction (FIFO: micro-batches cross it in order), so
+    # a transfer starts when its tensor is ready and the previous one has arrived.
+    act_at = [[-1.0] * m for _ in range(n_chunks)]
+    grad_at = [[-1.0] * m for _ in range(n_chunks)]
     free = [0.0] * s_count
     ptr = [0] * s_count
     busy = [0.0] * s_count
@@ -74,9 +80,9 @@ def simulate(chunks: Sequence[StageTiming], microbatches: int, schedule: str = "
                     if c == last:
                         ready = fwd_end[c][i]
                     else:
-                        ready = bwd_end[c + 1][i]
-                        if ready >= 0.0:
-                            ready += send_s[c]
+                        ready = grad_at[c][i]
+                        if ready < 0.0 and bwd_end[c + 1][i] >= 0.0:
+                            ready = _arrive(grad_at[c], i, bwd_end[c + 1][i], send_s[c])
                     if ready < 0.0 or fwd_end[c][i] < 0.0:
                         break
                     start = t if t > ready else ready
@@ -94,10 +100,11 @@ def simulate(chunks: Sequence[StageTiming], microbatches: int, schedule: str = "
                     if c == 0:
                         ready = 0.0
                     else:
-                        ready = fwd_end[c - 1][i]
+                        ready = act_at[c - 1][i]
                         if ready < 0.0:
-                            break
-                        ready += send_s[c - 1]
+                            if fwd_end[c - 1][i] < 0.0:
+                                break
+                            ready = _arrive(act_at[c - 1], i, fwd_end[c - 1][i], send_s[c - 1])
                     start = t if t > ready else ready
                     end = start + fwd_s[c]
                     fwd_end[c][i] = end
@@ -129,10 +136,10 @@ def simulate(chunks: Sequence[StageTiming], microbatches: int, schedule: str = "
     for c in range(last if detail else 0):
         if send_s[c] > 0.0:
             dev, nxt = chunks[c].device, chunks[c + 1].device
-            for i in range(m):
-                events.append(Event(dev, "send", i, c, fwd_end[c][i], fwd_end[c][i] + send_s[c]))
-                g = bwd_end[c + 1][i]
-                events.append(Event(nxt, "send_grad", i, c + 1, g, g + send_s[c]))
+            for i in range(m):  # drawn while on the wire (after any wait for the link)
+                a, g = act_at[c][i], grad_at[c][i]
+                events.append(Event(dev, "send", i, c, a - send_s[c], a))
+                events.append(Event(nxt, "send_grad", i, c + 1, g - send_s[c], g))
     bubble = 1.0 - sum(busy) / (s_count * pipeline_s) if pipeline_s > 0 else 0.0
     return _timeline(chunks, s_count, v, m, schedule, orders, sync, opt, makespan_s=makespan,
                      pipeline_s=pipeline_s, bubble=bubble, busy=tuple(busy), events=events)
@@ -187,6 +194,14 @@ def _timeline(chunks: Sequence[StageTiming], s_count: int, v: int, m: int, sched
         dp_sync_s=tuple(sync),
         optimizer_s=tuple(opt),
     )
+
+
+def _arrive(arrivals: list[float], i: int, sent: float, send_s: float) -> float:
+    """Micro-batch i's arrival over a FIFO link (i − 1's arrival is known: a chunk's
+    micro-batches are produced and consumed in order)."""
+    start = sent if i == 0 or arrivals[i - 1] < sent else arrivals[i - 1]
+    arrivals[i] = start + send_s
+    return arrivals[i]
 
 
 def _per_device(values: Sequence[float] | None, s_count: int, name: str) -> list[float]:
