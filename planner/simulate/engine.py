@@ -80,9 +80,15 @@ def simulate(chunks: Sequence[StageTiming], microbatches: int, schedule: str = "
                     if c == last:
                         ready = fwd_end[c][i]
                     else:
-                        ready = grad_at[c][i]
-                        if ready < 0.0 and bwd_end[c + 1][i] >= 0.0:
-                            ready = _arrive(grad_at[c], i, bwd_end[c + 1][i], send_s[c])
+                        arrivals = grad_at[c]
+                        ready = arrivals[i]
+                        if ready < 0.0:
+                            ready = bwd_end[c + 1][i]
+                            if ready >= 0.0:  # inline FIFO link: wait for micro-batch i − 1
+                                if i and arrivals[i - 1] > ready:
+                                    ready = arrivals[i - 1]
+                                ready += send_s[c]
+                                arrivals[i] = ready
                     if ready < 0.0 or fwd_end[c][i] < 0.0:
                         break
                     start = t if t > ready else ready
@@ -100,11 +106,16 @@ def simulate(chunks: Sequence[StageTiming], microbatches: int, schedule: str = "
                     if c == 0:
                         ready = 0.0
                     else:
-                        ready = act_at[c - 1][i]
+                        arrivals = act_at[c - 1]
+                        ready = arrivals[i]
                         if ready < 0.0:
-                            if fwd_end[c - 1][i] < 0.0:
+                            ready = fwd_end[c - 1][i]
+                            if ready < 0.0:
                                 break
-                            ready = _arrive(act_at[c - 1], i, fwd_end[c - 1][i], send_s[c - 1])
+                            if i and arrivals[i - 1] > ready:
+                                ready = arrivals[i - 1]
+                            ready += send_s[c - 1]
+                            arrivals[i] = ready
                     start = t if t > ready else ready
                     end = start + fwd_s[c]
                     fwd_end[c][i] = end
@@ -194,14 +205,6 @@ def _timeline(chunks: Sequence[StageTiming], s_count: int, v: int, m: int, sched
         dp_sync_s=tuple(sync),
         optimizer_s=tuple(opt),
     )
-
-
-def _arrive(arrivals: list[float], i: int, sent: float, send_s: float) -> float:
-    """Micro-batch i's arrival over a FIFO link (i − 1's arrival is known: a chunk's
-    micro-batches are produced and consumed in order)."""
-    start = sent if i == 0 or arrivals[i - 1] < sent else arrivals[i - 1]
-    arrivals[i] = start + send_s
-    return arrivals[i]
 
 
 def _per_device(values: Sequence[float] | None, s_count: int, name: str) -> list[float]:

@@ -8,6 +8,8 @@ cools down; interleaved 1F1B walks micro-batches in groups of S per model chunk.
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 __all__ = ["SCHEDULES", "device_ops", "device_orders"]
 
 SCHEDULES = ("1f1b", "gpipe", "interleaved")
@@ -15,9 +17,11 @@ SCHEDULES = ("1f1b", "gpipe", "interleaved")
 Op = tuple[bool, int, int]
 
 
+@lru_cache(maxsize=256)
 def device_orders(num_devices: int, virtual_stages: int, microbatches: int,
-                  schedule: str) -> list[list[Op]]:
-    """Per device, its ops in run order. Raises ValueError for an unsupported shape."""
+                  schedule: str) -> tuple[tuple[Op, ...], ...]:
+    """Per device, its ops in run order (cached: the estimate asks for the same shapes
+    repeatedly). Raises ValueError for an unsupported shape."""
     s_count, v, m = num_devices, virtual_stages, microbatches
     if schedule not in SCHEDULES:
         raise ValueError(f"unknown schedule {schedule!r}; use one of {', '.join(SCHEDULES)}")
@@ -30,7 +34,7 @@ def device_orders(num_devices: int, virtual_stages: int, microbatches: int,
         raise ValueError(f"interleaved schedule needs micro-batches ({m}) divisible by the "
                          f"pipeline stages ({s_count}), as Megatron-LM does; use "
                          f"{(m // s_count + 1) * s_count} micro-batches or schedule '1f1b'")
-    return [device_ops(s, s_count, v, m, schedule) for s in range(s_count)]
+    return tuple(tuple(device_ops(s, s_count, v, m, schedule)) for s in range(s_count))
 
 
 def device_ops(s: int, s_count: int, v: int, m: int, schedule: str,
@@ -55,9 +59,8 @@ def device_ops(s: int, s_count: int, v: int, m: int, schedule: str,
 
 
 def _order(s: int, s_count: int, v: int, m: int, backward: bool) -> list[Op]:
-    out: list[Op] = []
-    for start in range(0, m, s_count):
-        group = range(start, min(start + s_count, m))
-        for local in (reversed(range(v)) if backward else range(v)):
-            out.extend((backward, i, local * s_count + s) for i in group)
-    return out
+    locals_ = range(v - 1, -1, -1) if backward else range(v)
+    return [(backward, i, local * s_count + s)
+            for start in range(0, m, s_count)
+            for local in locals_
+            for i in range(start, min(start + s_count, m))]
