@@ -70,3 +70,25 @@ def test_plan_framework_flag_predicts_with_that_runtime(capsys: pytest.CaptureFi
     assert [line for line in err.splitlines() if line.startswith("warning:")] == [
         f"warning: {out_file} was priced for megatron; these scripts run hetplan's runtime, so "
         "expect `hetplan estimate --framework hetplan`'s figures"]
+
+
+def test_compare_and_whatif_price_the_chosen_framework(capsys: pytest.CaptureFixture[str]) -> None:
+    from planner.report.compare import compare
+    from planner.report.whatif import whatif
+
+    model = load_model("gpt2-amp")
+    clusters = [("amp-t4", load_cluster("amp-t4")), ("amp-het", load_cluster("amp-het"))]
+    code, out, err = run_cli(["compare", "gpt2-amp", "amp-t4", "amp-het", "--framework",
+                              "megatron", "--json"], capsys)
+    assert code == 0, err
+    api = compare(model, clusters, framework=MEGATRON_CORE)
+    assert [r["tokens_per_s"] for r in json.loads(out)] == pytest.approx(
+        [r.tokens_per_s for r in api], rel=1e-9)
+    code, out, err = run_cli(["whatif", "gpt2-amp", "amp-t4", "--remove", "g4dn",
+                              "--add", "4 V100-SXM2-16GB", "--framework", "megatron", "--json"],
+                             capsys)
+    assert code == 0, err
+    w = whatif(model, load_cluster("amp-t4"), remove=["g4dn"], add=["4 V100-SXM2-16GB"],
+               framework=MEGATRON_CORE)
+    assert json.loads(out)["after"]["tokens_per_s"] == pytest.approx(w.after.tokens_per_s,
+                                                                      rel=1e-9)

@@ -42,14 +42,19 @@ def compare(
     ] = "throughput",
     plot: Annotated[Path | None, typer.Option(
         "--plot", help="Throughput vs $/h with the Pareto front (.png or .svg).")] = None,
+    framework: Annotated[str, typer.Option(
+        "--framework", help="Runtime to price: hetplan (what `hetplan launch` runs) | "
+        "megatron.")] = "hetplan",
     json_out: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
     """Best plan of MODEL on each CLUSTER, ranked by throughput, with costs."""
     import planner
+    from planner.costing.framework import framework_named
     from planner.report.compare import compare as run_compare
     from planner.report.compare import parse_tokens
     from planner.report.pareto import draw_pareto
 
+    fw = framework_named(framework)
     train_tokens = parse_tokens(tokens) if tokens is not None else None
     graph = planner.load_model(model)
     loaded = []
@@ -58,7 +63,7 @@ def compare(
         name = c.name if c.name not in [n for n, _ in loaded] else arg
         loaded.append((name, c))
     rows = run_compare(graph, loaded, global_batch_size=global_batch, tokens=train_tokens,
-                       objective=objective)
+                       objective=objective, framework=fw)
     if plot is not None:
         ok = [r for r in rows if r.feasible]
         draw_pareto([r.cluster for r in ok], [r.usd_per_hour for r in ok],

@@ -34,14 +34,19 @@ def whatif(
         "--global-batch", help="Sequences per iteration (default: the model file's).")] = None,
     objective: Annotated[str, typer.Option(
         "--objective", help="throughput | cost")] = "throughput",
+    framework: Annotated[str, typer.Option(
+        "--framework", help="Runtime to price: hetplan (what `hetplan launch` runs) | "
+        "megatron.")] = "hetplan",
     json_out: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
     """Plan before and after editing the cluster: what changes, and by how much."""
     import planner
+    from planner.costing.framework import framework_named
     from planner.errors import HetplanError
     from planner.report.whatif import whatif as run_whatif
     from planner.report.whatif import whatif_lines
 
+    fw = framework_named(framework)
     if not (add or remove or price):
         raise HetplanError("whatif: nothing to change; give --add, --remove or --price "
                            "(e.g. --add \"8 H100-SXM5-80GB\")")
@@ -49,7 +54,7 @@ def whatif(
     base = planner.load_cluster(cluster)
     w = run_whatif(graph, base, add=add or (), remove=remove or (), price=price or (),
                    network_gbps=network_gbps, global_batch_size=global_batch,
-                   objective=objective)
+                   objective=objective, framework=fw)
     if json_out:
         print_json(w.to_dict())
         return
