@@ -71,3 +71,20 @@ def test_slower_end_governs() -> None:
 def test_bad_link_is_refused() -> None:
     with pytest.raises(ValueError, match="bandwidth"):
         Link(0.0, 1e-6)
+
+
+def test_pipeline_p2p_shares_the_nic_with_the_gpus_in_use() -> None:
+    """Two 8-GPU nodes at 100 Gbit/s, 64 MB across: a plan using one GPU per node has the whole
+    NIC (α + B / 11.25 GB/s); with all 8 in use each GPU gets an eighth of it."""
+    from cost_models.efficiency import LINK_EFFICIENCY
+    from planner.costing.links import p2p_time_s
+    from tests.test_cost_fixtures import cluster, gpu
+
+    cl = cluster(("a", gpu(), 2, 8, 100.0, None))
+    a, b = cl.nodes[0], cl.nodes[1]
+    bw = 100 / 8 * LINK_EFFICIENCY["network"] * 1e9
+    one = p2p_time_s(64e6, a, 1, b, 5e-6, {a.name: 1, b.name: 1})
+    assert one == pytest.approx(5e-6 + 64e6 / bw, rel=1e-12)
+    full = p2p_time_s(64e6, a, 1, b, 5e-6, {a.name: 8, b.name: 8})
+    assert full == pytest.approx(5e-6 + 64e6 / (bw / 8), rel=1e-12)
+    assert p2p_time_s(64e6, a, 1, b, 5e-6) == full  # default: the whole node in use

@@ -109,7 +109,7 @@ def estimate(model: Any, cluster: Cluster | None, plan: Plan, *,
         pipe_costs.append(costs)
         sends.append([
             p2p_time_s(costs[j].p2p_bytes, chunk_nodes[j], pipe.stages[j].tp, chunk_nodes[j + 1],
-                       latency_s) if j + 1 < len(costs) else 0.0
+                       latency_s, used_gpus) if j + 1 < len(costs) else 0.0
             for j in range(len(costs))])
         devices.append([
             _Device(p, d, chunk_nodes[d], pipe.stages[d].tp,

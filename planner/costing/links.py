@@ -33,20 +33,27 @@ def nic_link(node: Node, share: float, latency_s: float) -> Link:
     return Link(gb_per_s, latency_s)
 
 
-def p2p_time_s(nbytes: float, src: Node, src_tp: int, dst: Node, latency_s: float) -> float:
+def p2p_time_s(nbytes: float, src: Node, src_tp: int, dst: Node, latency_s: float,
+               used_gpus: dict[str, int] | None = None) -> float:
     """One micro-batch's activation from a stage on `src` to the next on `dst`.
 
     Each of the sender's TP ranks sends 1/tp of the tensor (Megatron scatter-gather). Between
-    nodes every GPU of a node sends at once under data parallelism, so each gets
-    1/gpus_per_node of its NIC.
+    nodes every GPU the plan uses on a node sends at once (data parallelism, the other
+    stages), so each gets 1/(GPUs in use there) of its NIC: `used_gpus` per node name, or
+    every GPU of the node when not given.
     """
     if nbytes <= 0:
         return 0.0
     part = nbytes / src_tp
     if src.name == dst.name:
         return p2p_s(part, intra_link(src))
-    a = nic_link(src, 1 / src.group.gpus_per_node, latency_s)
-    b = nic_link(dst, 1 / dst.group.gpus_per_node, latency_s)
+
+    def share(node: Node) -> float:
+        in_use = (used_gpus or {}).get(node.name, node.group.gpus_per_node)
+        return 1 / max(1, min(in_use, node.group.gpus_per_node))
+
+    a = nic_link(src, share(src), latency_s)
+    b = nic_link(dst, share(dst), latency_s)
     return p2p_s(part, a.slower(b))
 
 
