@@ -40,3 +40,12 @@ def test_models_json_lists_the_zoo_with_sources(monkeypatch, capsys) -> None:
     assert by_name["llama3-8b"]["params"] == 8_030_261_248
     assert all(r["source"] for r in records)
     assert [r["name"] for r in records] == sorted(by_name)
+
+
+def test_inspect_shows_a_tied_head(monkeypatch, capsys) -> None:
+    # GPT-2 medium's head reuses the 50257 × 1024 embedding (51.5 M), counted in the embedding.
+    out = _run(monkeypatch, capsys, "inspect", "gpt2-medium")
+    assert "(+51.5 M tied)" in out
+    doc = json.loads(_run(monkeypatch, capsys, "inspect", "gpt2-medium", "--json"))
+    head = doc["layers"][-1]
+    assert (head["tied_params"], head["tied_to"]) == (50257 * 1024, 0)

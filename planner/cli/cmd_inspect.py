@@ -57,10 +57,13 @@ def _runs(layers: Any) -> list[tuple[Any, Any, int]]:
 
 def _table(model: Any, every_layer: bool) -> Table:
     graph = model.graph
+    tied = any(layer.tied_params for layer in graph.layers)
     table = Table(
         title=f"{graph.name}: per sequence of {graph.seq_len} tokens, {model.precision}",
         caption="FLOPs: attention counted non-causal (Korthikanti eq. 7). "
-        "activation: saved for backward, no recompute. ×n: per layer.",
+        "activation: saved for backward, no recompute. ×n: per layer."
+        + (" tied: parameters counted in another layer; a stage holding this one without it "
+           "keeps a copy." if tied else ""),
         box=box.SIMPLE_HEAD,
     )
     for column in ("layer", "params", "fwd FLOPs", "bwd FLOPs", "activation", "output"):
@@ -70,7 +73,10 @@ def _table(model: Any, every_layer: bool) -> Table:
     for first, last, count in rows:
         tail = last.name.rsplit(".", 1)[-1]
         label = first.name if count == 1 else f"{first.name}..{tail} (×{count})"
-        table.add_row(label, human_count(first.params), human_count(first.fwd_flops),
+        params = human_count(first.params)
+        if first.tied_params:
+            params += f" (+{human_count(first.tied_params)} tied)"
+        table.add_row(label, params, human_count(first.fwd_flops),
                       human_count(first.bwd_flops), human_bytes(first.activation_bytes),
                       human_bytes(first.output_bytes))
     activations = sum(layer.activation_bytes for layer in graph.layers)
