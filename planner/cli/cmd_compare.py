@@ -14,6 +14,7 @@ from rich import box
 from rich.table import Table
 
 from planner.cli.main import app
+from planner.cli.options import FrameworkOption
 from planner.cli.output import console, print_json, wide_console
 
 __all__ = ["compare", "duration"]
@@ -42,9 +43,7 @@ def compare(
     ] = "throughput",
     plot: Annotated[Path | None, typer.Option(
         "--plot", help="Throughput vs $/h with the Pareto front (.png or .svg).")] = None,
-    framework: Annotated[str, typer.Option(
-        "--framework", help="Runtime to price: hetplan (what `hetplan launch` runs) | "
-        "megatron.")] = "hetplan",
+    framework: FrameworkOption = None,
     json_out: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
     """Best plan of MODEL on each CLUSTER, ranked by throughput, with costs."""

@@ -15,6 +15,7 @@ import typer
 from rich.table import Table
 
 from planner.cli.main import app
+from planner.cli.options import FrameworkOption
 from planner.cli.output import console, print_json
 from planner.errors import HetplanError
 
@@ -94,15 +95,13 @@ def estimate(
                      ] = False,
     no_profiles: Annotated[bool, typer.Option("--no-profiles", help="Analytic model only.")
                            ] = False,
-    framework: Annotated[str | None, typer.Option(
-        "--framework", help="Runtime to price: hetplan (what `hetplan launch` runs) | "
-        "megatron. Default: the one a plan file was priced for, else hetplan.")] = None,
+    framework: FrameworkOption = None,
     json_out: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
     """Predict iteration time, throughput, MFU, $ and per-stage memory of a given plan."""
     from cost_models.profiles import ProfileSet
     from planner.costing import estimate as run_estimate
-    from planner.costing.framework import framework_named, framework_of
+    from planner.costing.framework import framework_named
     from planner.schema import Plan
 
     if recompute not in ("none", "selective", "full"):
@@ -112,8 +111,8 @@ def estimate(
     profiles = ProfileSet() if no_profiles else None
     if model_or_plan.endswith(".json") and cluster is None:
         plan = Plan.load(model_or_plan)
-        fw = framework_named(framework or framework_of(plan.predicted))
-        est = run_estimate(None, None, plan, profiles=profiles, framework=fw)
+        est = run_estimate(None, None, plan, profiles=profiles,
+                           framework=framework_named(framework, plan.predicted))
         title = f"{plan.model.get('name', 'model')} on {plan.cluster.get('name', 'cluster')}"
     else:
         if cluster is None:
@@ -124,7 +123,7 @@ def estimate(
             sequence_parallel=sequence_parallel, schedule=schedule,
             virtual_stages=virtual_stages, zero1=zero1)
         est = run_estimate(model, cl, plan, profiles=profiles,
-                           framework=framework_named(framework or "hetplan"))
+                           framework=framework_named(framework))
         title = f"{model.name} on {cl.name}"
     if json_out:
         print_json(est.to_dict())

@@ -19,6 +19,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from planner.cli.main import app
+from planner.cli.options import FrameworkOption
 from planner.cli.output import console, print_json
 from planner.errors import HetplanError
 
@@ -110,9 +111,7 @@ def plan(
     top_k: Annotated[int, typer.Option("--top-k", help="Alternatives to list.")] = 5,
     sequence_parallel: Annotated[bool, typer.Option(
         "--sequence-parallel", help="Plan with Megatron sequence parallelism.")] = False,
-    framework: Annotated[str, typer.Option(
-        "--framework", help="Runtime to price: hetplan (what `hetplan launch` runs) | "
-        "megatron.")] = "hetplan",
+    framework: FrameworkOption = None,
     json_out: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
     """Find the fastest (or cheapest) plan for MODEL on CLUSTER, exactly."""

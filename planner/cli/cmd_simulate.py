@@ -23,13 +23,13 @@ __all__ = ["simulate", "simulate_plan"]
 def simulate_plan(plan_path: str | Path) -> tuple[Any, Any, tuple[Any, ...]]:
     """(plan, estimate, timelines with events) for a plan file."""
     from planner.costing import estimate
-    from planner.costing.framework import framework_named, framework_of
+    from planner.costing.framework import framework_named
     from planner.schema import Plan
     from planner.simulate import with_events
 
     plan = Plan.load(plan_path)
     # The model and cluster the plan embeds, priced for the runtime it was planned for.
-    est = estimate(None, None, plan, framework=framework_named(framework_of(plan.predicted)))
+    est = estimate(None, None, plan, framework=framework_named(None, plan.predicted))
     timelines = est.timeline if isinstance(est.timeline, tuple) else (est.timeline,)
     return plan, est, tuple(with_events(t) for t in timelines)
 

@@ -13,6 +13,7 @@ from rich import box
 from rich.table import Table
 
 from planner.cli.main import app
+from planner.cli.options import FrameworkOption
 from planner.cli.output import console, print_json
 
 __all__ = ["whatif"]
@@ -34,9 +35,7 @@ def whatif(
         "--global-batch", help="Sequences per iteration (default: the model file's).")] = None,
     objective: Annotated[str, typer.Option(
         "--objective", help="throughput | cost")] = "throughput",
-    framework: Annotated[str, typer.Option(
-        "--framework", help="Runtime to price: hetplan (what `hetplan launch` runs) | "
-        "megatron.")] = "hetplan",
+    framework: FrameworkOption = None,
     json_out: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
     """Plan before and after editing the cluster: what changes, and by how much."""

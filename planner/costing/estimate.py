@@ -27,11 +27,7 @@ from planner.costing.grad_sync import grad_sync_s
 from planner.costing.links import p2p_time_s
 from planner.costing.resolve import resolve_cluster, resolve_model
 from planner.costing.result import Estimate, StageEstimate
-from planner.costing.stage_cost import (
-    StageCost,
-    stage_cost,
-    stage_peak_memory_gib,
-)
+from planner.costing.stage_cost import StageCost, stage_cost, stage_peak_memory_gib
 from planner.errors import SpecError
 from planner.graph.layers import LayerGraph
 from planner.schema import Plan

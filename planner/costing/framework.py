@@ -118,10 +118,12 @@ def framework_of(plan_predicted: dict | None) -> str:
     return str((plan_predicted or {}).get("framework", "hetplan"))
 
 
-def framework_named(name: str) -> Framework:
-    """The framework record for a CLI name; HetplanError (one line) for an unknown one."""
+def framework_named(name: str | None, plan_predicted: dict | None = None) -> Framework:
+    """The framework record for a CLI name; without one, the framework a plan file was priced
+    for (`framework_of`), else hetplan's. HetplanError (one line) for an unknown name."""
     from planner.errors import HetplanError
 
+    name = name or framework_of(plan_predicted)
     if name not in FRAMEWORKS:
         raise HetplanError(f"--framework {name!r}: use one of {', '.join(FRAMEWORKS)}")
     return FRAMEWORKS[name]
