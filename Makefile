@@ -29,3 +29,4 @@ bench: $(STAMP)
 	$(BIN)/python bench/search_speed.py
 	$(BIN)/python bench/accuracy.py
 	$(BIN)/python bench/amp_het_probes.py
+	$(BIN)/python bench/megatron_weak_scaling.py
