@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from cost_models.catalog import CATALOG_PATH, all_gpus, get_gpu, load_catalog
+from cost_models.catalog import CATALOG_PATH, all_gpus, get_gpu, gpu_for_device, load_catalog
 
 # Datasheet figures as printed, one row per catalog entry:
 #   (name, memory GB, memory GB/s, fp32, fp16, bf16, fp8, divisor)
@@ -194,3 +194,27 @@ def test_catalog_order_is_file_order_and_stable() -> None:
     again = [s.name for s in load_catalog(CATALOG_PATH)]
     assert first == again
     assert first[0] == "V100-SXM2-16GB"
+
+
+# Names as the driver reports them (torch.cuda.get_device_name / nvidia-smi), with the
+# memory torch reports, for `hetplan profile` to label its rows.
+@pytest.mark.parametrize(("reported", "memory_gib", "expected"), [
+    ("NVIDIA H200", 139.8, "H200-SXM-141GB"),
+    ("NVIDIA H100 80GB HBM3", 79.1, "H100-SXM5-80GB"),
+    ("NVIDIA H100 PCIe", 79.1, "H100-PCIE-80GB"),
+    ("NVIDIA H100 NVL", 93.1, "H100-NVL-94GB"),
+    ("NVIDIA A100-SXM4-40GB", 39.4, "A100-SXM4-40GB"),
+    ("NVIDIA A100 80GB PCIe", 79.2, "A100-PCIE-80GB"),
+    ("Tesla V100-SXM2-32GB", 31.7, "V100-SXM2-32GB"),
+    ("Tesla T4", 14.7, "T4"),
+    ("NVIDIA GeForce RTX 2080 Ti", 10.7, "RTX-2080-Ti"),
+    ("NVIDIA GH200 480GB", 95.0, "GH200-96GB"),
+    ("AMD Instinct MI300X", 191.5, "MI300X"),
+])
+def test_driver_device_names_map_to_catalog_entries(reported, memory_gib, expected) -> None:
+    assert gpu_for_device(reported, memory_gib).name == expected
+
+
+def test_unknown_device_name_asks_for_gpu_flag() -> None:
+    with pytest.raises(LookupError, match="--gpu"):
+        gpu_for_device("NVIDIA B200", 180.0)

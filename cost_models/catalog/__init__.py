@@ -9,6 +9,7 @@ Sailor's `A100-80` all find `A100-SXM4-80GB`.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import math
 import re
@@ -25,6 +26,7 @@ __all__ = [
     "CatalogError",
     "all_gpus",
     "get_gpu",
+    "gpu_for_device",
     "load_catalog",
     "normalize_gpu_name",
 ]
@@ -206,3 +208,37 @@ def get_gpu(name: str) -> GpuSpec:
     close = difflib.get_close_matches(key, list(index), n=1, cutoff=0.6)
     hint = f"; did you mean {index[close[0]].name}?" if close else ""
     raise LookupError(f"unknown GPU type {name!r}{hint} (`hetplan gpus` lists the catalog)")
+
+
+_VENDOR_WORDS = re.compile(r"^(nvidia|tesla|geforce|amd|instinct|quadro)\s+", re.IGNORECASE)
+_FAMILY = re.compile(r"\b((?:rtx[\s-]?)?[a-z]*\d{2,4}(?:\s?ti)?[a-z]?)\b", re.IGNORECASE)
+
+
+def gpu_for_device(device_name: str, memory_gib: float | None = None) -> GpuSpec:
+    """The catalog entry for a name as the driver reports it (`torch.cuda.get_device_name`:
+    "NVIDIA H100 80GB HBM3", "NVIDIA A100 80GB PCIe", "Tesla V100-SXM2-16GB"): vendor words
+    dropped, then the entries of that family narrowed by form factor (PCIe, NVL) and by the
+    device's memory. LookupError when nothing or more than one entry fits."""
+    name = device_name.strip()
+    while _VENDOR_WORDS.match(name):
+        name = _VENDOR_WORDS.sub("", name, count=1)
+    with contextlib.suppress(LookupError):
+        return get_gpu(name)
+    family = _FAMILY.search(name)
+    if family is None:
+        raise LookupError(f"GPU {device_name!r}: no model number in the name")
+    key = normalize_gpu_name(family.group(1))
+    lower = name.lower()
+    found = [g for g in all_gpus() if normalize_gpu_name(g.name).startswith(key)
+             or any(normalize_gpu_name(a) == key for a in g.aliases)]
+    for word in ("pcie", "nvl"):
+        narrowed = [g for g in found if (word in g.name.lower()) == (word in lower)]
+        found = narrowed or found
+    if memory_gib is not None and len(found) > 1:
+        best = min(abs(g.memory_gib - memory_gib) for g in found)
+        found = [g for g in found if abs(g.memory_gib - memory_gib) == best]
+    if len(found) != 1:
+        which = ", ".join(g.name for g in found) or "none"
+        raise LookupError(f"GPU {device_name!r}: the catalog entry is ambiguous or missing "
+                          f"(candidates: {which}); name it with --gpu (`hetplan gpus`)")
+    return found[0]
