@@ -35,6 +35,7 @@ __all__ = [
     "default_profiles",
     "normalize_model",
     "read_profile_csv",
+    "with_profile_files",
 ]
 
 PROFILE_COLUMNS = ("gpu", "model", "hidden_size", "seq_len", "layer_kind", "micro_batch", "tp",
@@ -178,6 +179,9 @@ def read_profile_csv(path: str | Path) -> list[ProfileRow]:
         if missing:
             raise ValueError(f"{p}: missing profile columns {missing}; expected {PROFILE_COLUMNS}")
         for line, rec in enumerate(reader, start=2):
+            if rec["layer_kind"] not in ("embedding", "block", "head"):
+                raise ValueError(f"{p}: line {line}: layer_kind {rec['layer_kind']!r}; use "
+                                 "embedding, block or head")
             try:
                 upd = rec["update_ms"].strip()
                 rows.append(ProfileRow(
@@ -189,6 +193,10 @@ def read_profile_csv(path: str | Path) -> list[ProfileRow]:
                     source=rec["source"]))
             except (TypeError, ValueError) as exc:
                 raise ValueError(f"{p}: line {line}: {exc}") from None
+            r = rows[-1]
+            if r.micro_batch < 1 or r.tp < 1 or min(r.fwd_ms, r.bwd_ms) < 0:
+                raise ValueError(f"{p}: line {line}: micro_batch and tp must be >= 1 and "
+                                 "times >= 0")
     return rows
 
 
@@ -201,3 +209,18 @@ def default_profiles() -> ProfileSet:
     if _DEFAULT is None:
         _DEFAULT = ProfileSet.load(sorted(_DIR.glob("*.csv")))
     return _DEFAULT
+
+
+def _curve_key(r: ProfileRow) -> tuple[str, str, str, int, str]:
+    return (_canonical_gpu(r.gpu), normalize_model(r.model), r.layer_kind, r.tp,
+            _precision_class(r.precision))
+
+
+def with_profile_files(paths: Iterable[str | Path], *, shipped: bool = True) -> ProfileSet:
+    """The shipped profiles plus the rows of `paths` (e.g. from `hetplan profile`). A file's
+    curve (GPU, model, layer kind, TP, precision) replaces the shipped one it matches: newer,
+    local measurements win. `shipped=False`: the files alone."""
+    user = [row for p in paths for row in read_profile_csv(p)]
+    keys = {_curve_key(r) for r in user}
+    base = [r for r in default_profiles().rows if _curve_key(r) not in keys] if shipped else []
+    return ProfileSet([*base, *user])

@@ -6,7 +6,13 @@ from pathlib import Path
 
 import pytest
 
-from cost_models.profiles import ProfileRow, ProfileSet, default_profiles, read_profile_csv
+from cost_models.profiles import (
+    ProfileRow,
+    ProfileSet,
+    default_profiles,
+    read_profile_csv,
+    with_profile_files,
+)
 from planner.costing.stage_cost import stage_cost
 from tests.test_cost_fixtures import gpt_graph, gpu
 
@@ -81,3 +87,34 @@ def test_converter_reproduces_the_shipped_files(tmp_path: Path) -> None:
     shipped = Path(__file__).resolve().parents[1] / "cost_models" / "profiles"
     assert len(sailor) == len(read_profile_csv(shipped / "sailor.csv"))
     assert len(amp) == len(read_profile_csv(shipped / "amp.csv"))
+
+
+def test_a_profile_file_replaces_the_shipped_curve_it_matches(tmp_path) -> None:
+    shipped = default_profiles()
+    args = ("V100-SXM2-16GB", "opt-350m", 1024, 2048, "block", 1, "fp32")
+    before = shipped.lookup(*args, 2)
+    assert before is not None
+    path = tmp_path / "v100.csv"
+    path.write_text("gpu,model,hidden_size,seq_len,layer_kind,micro_batch,tp,precision,fwd_ms,"
+                    "bwd_ms,update_ms,source\nV100,OPT-350M,1024,2048,block,1,1,fp32,1.5,3.0,,"
+                    "mine\n")
+    merged = with_profile_files([path])
+    # The file's single point is the whole curve now: mb 2 scales from it (nearest point).
+    hit = merged.lookup(*args, 2)
+    assert (hit.fwd_ms, hit.micro_batch) == (1.5, 1)
+    # Other curves stay as shipped.
+    emb = ("V100-SXM2-16GB", "opt-350m", 1024, 2048, "embedding", 1, "fp32", 1)
+    assert merged.lookup(*emb) == shipped.lookup(*emb)
+    assert len(with_profile_files([path], shipped=False)) == 1
+
+
+def test_profile_rows_are_validated(tmp_path) -> None:
+    head = ("gpu,model,hidden_size,seq_len,layer_kind,micro_batch,tp,precision,fwd_ms,bwd_ms,"
+            "update_ms,source\n")
+    for line, message in (("A100,m,64,16,blocks,1,1,bf16,1,2,,x", "layer_kind 'blocks'"),
+                          ("A100,m,64,16,block,0,1,bf16,1,2,,x", "micro_batch and tp"),
+                          ("A100,m,64,16,block,1,1,bf16,fast,2,,x", "line 2")):
+        path = tmp_path / "bad.csv"
+        path.write_text(head + line + "\n")
+        with pytest.raises(ValueError, match=message):
+            read_profile_csv(path)

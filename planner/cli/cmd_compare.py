@@ -14,7 +14,7 @@ from rich import box
 from rich.table import Table
 
 from planner.cli.main import app
-from planner.cli.options import FrameworkOption
+from planner.cli.options import FrameworkOption, ProfilesOption, load_profiles
 from planner.cli.output import console, print_json, wide_console
 
 __all__ = ["compare", "duration"]
@@ -44,6 +44,7 @@ def compare(
     plot: Annotated[Path | None, typer.Option(
         "--plot", help="Throughput vs $/h with the Pareto front (.png or .svg).")] = None,
     framework: FrameworkOption = None,
+    profiles: ProfilesOption = None,
     json_out: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
     """Best plan of MODEL on each CLUSTER, ranked by throughput, with costs."""
@@ -54,6 +55,7 @@ def compare(
     from planner.report.pareto import draw_pareto
 
     fw = framework_named(framework)
+    measured = load_profiles(profiles)
     train_tokens = parse_tokens(tokens) if tokens is not None else None
     graph = planner.load_model(model)
     loaded = []
@@ -62,7 +64,7 @@ def compare(
         name = c.name if c.name not in [n for n, _ in loaded] else arg
         loaded.append((name, c))
     rows = run_compare(graph, loaded, global_batch_size=global_batch, tokens=train_tokens,
-                       objective=objective, framework=fw)
+                       objective=objective, framework=fw, profiles=measured)
     if plot is not None:
         ok = [r for r in rows if r.feasible]
         draw_pareto([r.cluster for r in ok], [r.usd_per_hour for r in ok],

@@ -15,7 +15,7 @@ import typer
 from rich.table import Table
 
 from planner.cli.main import app
-from planner.cli.options import FrameworkOption
+from planner.cli.options import FrameworkOption, ProfilesOption, load_profiles
 from planner.cli.output import console, print_json
 from planner.errors import HetplanError
 
@@ -93,13 +93,14 @@ def estimate(
     ] = None,
     zero1: Annotated[bool, typer.Option("--zero1", help="Shard optimizer state over DP.")
                      ] = False,
-    no_profiles: Annotated[bool, typer.Option("--no-profiles", help="Analytic model only.")
-                           ] = False,
+    no_profiles: Annotated[bool, typer.Option("--no-profiles", help="Leave out the shipped "
+                                              "profiles (with --profiles: those files only; "
+                                              "else the analytic model alone).")] = False,
+    profiles_files: ProfilesOption = None,
     framework: FrameworkOption = None,
     json_out: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
     """Predict iteration time, throughput, MFU, $ and per-stage memory of a given plan."""
-    from cost_models.profiles import ProfileSet
     from planner.costing import estimate as run_estimate
     from planner.costing.framework import framework_named
     from planner.schema import Plan
@@ -108,7 +109,7 @@ def estimate(
         raise HetplanError(f"--recompute {recompute!r}: use none, selective or full")
     if schedule not in ("1f1b", "gpipe", "interleaved"):
         raise HetplanError(f"--schedule {schedule!r}: use 1f1b, gpipe or interleaved")
-    profiles = ProfileSet() if no_profiles else None
+    profiles = load_profiles(profiles_files, shipped=not no_profiles)
     if model_or_plan.endswith(".json") and cluster is None:
         plan = Plan.load(model_or_plan)
         est = run_estimate(None, None, plan, profiles=profiles,

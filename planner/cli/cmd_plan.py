@@ -19,7 +19,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from planner.cli.main import app
-from planner.cli.options import FrameworkOption
+from planner.cli.options import FrameworkOption, ProfilesOption, load_profiles
 from planner.cli.output import console, print_json
 from planner.errors import HetplanError
 
@@ -112,6 +112,7 @@ def plan(
     sequence_parallel: Annotated[bool, typer.Option(
         "--sequence-parallel", help="Plan with Megatron sequence parallelism.")] = False,
     framework: FrameworkOption = None,
+    profiles: ProfilesOption = None,
     json_out: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
     """Find the fastest (or cheapest) plan for MODEL on CLUSTER, exactly."""
@@ -125,13 +126,15 @@ def plan(
     if top_k < 1:
         raise HetplanError(f"--top-k {top_k}: must be at least 1")
     fw = framework_named(framework)
+    measured = load_profiles(profiles)
     m = load_model(model)
     cl = load_cluster(cluster)
     bar = None if json_out else _Bar()
     try:
         result = search(m, cl, global_batch_size=global_batch, objective=objective,
                         budget_usd_per_hour=budget_usd_per_hour, top_k=top_k,
-                        sequence_parallel=sequence_parallel, progress=bar, framework=fw)
+                        sequence_parallel=sequence_parallel, progress=bar, framework=fw,
+                        profiles=measured)
     finally:
         if bar is not None:
             bar.close()

@@ -13,7 +13,7 @@ from rich import box
 from rich.table import Table
 
 from planner.cli.main import app
-from planner.cli.options import FrameworkOption
+from planner.cli.options import FrameworkOption, ProfilesOption, load_profiles
 from planner.cli.output import console, print_json
 
 __all__ = ["whatif"]
@@ -36,6 +36,7 @@ def whatif(
     objective: Annotated[str, typer.Option(
         "--objective", help="throughput | cost")] = "throughput",
     framework: FrameworkOption = None,
+    profiles: ProfilesOption = None,
     json_out: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
     """Plan before and after editing the cluster: what changes, and by how much."""
@@ -46,6 +47,7 @@ def whatif(
     from planner.report.whatif import whatif_lines
 
     fw = framework_named(framework)
+    measured = load_profiles(profiles)
     if not (add or remove or price):
         raise HetplanError("whatif: nothing to change; give --add, --remove or --price "
                            "(e.g. --add \"8 H100-SXM5-80GB\")")
@@ -53,7 +55,7 @@ def whatif(
     base = planner.load_cluster(cluster)
     w = run_whatif(graph, base, add=add or (), remove=remove or (), price=price or (),
                    network_gbps=network_gbps, global_batch_size=global_batch,
-                   objective=objective, framework=fw)
+                   objective=objective, framework=fw, profiles=measured)
     if json_out:
         print_json(w.to_dict())
         return

@@ -2,13 +2,39 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-__all__ = ["FrameworkOption"]
+from planner.errors import HetplanError
+
+if TYPE_CHECKING:
+    from cost_models.profiles import ProfileSet
+
+__all__ = ["FrameworkOption", "ProfilesOption", "load_profiles"]
 
 FrameworkOption = Annotated[str | None, typer.Option(
     "--framework", help="Runtime to price: hetplan (what `hetplan launch` runs) | megatron. "
     "Default: the one a plan file was priced for, else hetplan.")]
 """`--framework NAME`; commands resolve it with `planner.costing.framework.framework_named`."""
+
+ProfilesOption = Annotated[list[Path] | None, typer.Option(
+    "--profiles", help="Profile CSV of measured layer times (e.g. from `hetplan profile`); "
+    "repeatable. Its rows replace the shipped ones for the same GPU, model and layer.")]
+
+
+def load_profiles(paths: list[Path] | None, *, shipped: bool = True) -> ProfileSet | None:
+    """The ProfileSet for `--profiles` files (None: the shipped profiles, the default of
+    every API call); one-line HetplanError for a missing or malformed file."""
+    from cost_models.profiles import ProfileSet, with_profile_files
+
+    if not paths:
+        return None if shipped else ProfileSet()
+    for p in paths:
+        if not p.is_file():
+            raise HetplanError(f"--profiles {p}: no such file")
+    try:
+        return with_profile_files(paths, shipped=shipped)
+    except (ValueError, KeyError, OSError) as exc:
+        raise HetplanError(f"--profiles: {exc}") from None

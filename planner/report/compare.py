@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from cost_models.profiles import ProfileSet
 from planner.cluster.model import Cluster
 from planner.costing.framework import DEFAULT_FRAMEWORK, Framework
 from planner.errors import HetplanError, InfeasibleError
@@ -124,13 +125,16 @@ def plan_row(name: str, cluster: Cluster, plan: Plan, est: Any,
 
 def best_row(model: Any, name: str, cluster: Cluster, *, global_batch_size: int | None = None,
              tokens: float | None = None, objective: str = "throughput",
-             framework: Framework = DEFAULT_FRAMEWORK) -> CompareRow:
+             framework: Framework = DEFAULT_FRAMEWORK,
+             profiles: ProfileSet | None = None) -> CompareRow:
     """Search the best plan on one cluster and estimate it; infeasible becomes a row too.
-    `framework`: the runtime both price (default: hetplan's)."""
+    `framework`: the runtime both price (default: hetplan's); `profiles`: measured layer
+    times (default: the shipped profile files)."""
     from planner.costing import estimate
     from planner.search import plan as search_plan
 
-    kwargs: dict[str, Any] = {"objective": objective, "top_k": 1, "framework": framework}
+    kwargs: dict[str, Any] = {"objective": objective, "top_k": 1, "framework": framework,
+                              "profiles": profiles}
     if global_batch_size is not None:
         kwargs["global_batch_size"] = global_batch_size
     try:
@@ -139,8 +143,8 @@ def best_row(model: Any, name: str, cluster: Cluster, *, global_batch_size: int 
         return CompareRow(cluster=name, feasible=False, problem=str(exc),
                           cluster_usd_per_hour=_cluster_price(cluster),
                           gpus_available=cluster.gpu_counts(), train_tokens=tokens)
-    return plan_row(name, cluster, best, estimate(model, cluster, best, framework=framework),
-                    tokens)
+    return plan_row(name, cluster, best, estimate(model, cluster, best, framework=framework,
+                                                  profiles=profiles), tokens)
 
 
 def rank_rows(rows: Sequence[CompareRow]) -> list[CompareRow]:
@@ -151,11 +155,12 @@ def rank_rows(rows: Sequence[CompareRow]) -> list[CompareRow]:
 
 def compare(model: Any, clusters: Sequence[tuple[str, Cluster]], *,
             global_batch_size: int | None = None, tokens: float | None = None,
-            objective: str = "throughput",
-            framework: Framework = DEFAULT_FRAMEWORK) -> list[CompareRow]:
+            objective: str = "throughput", framework: Framework = DEFAULT_FRAMEWORK,
+            profiles: ProfileSet | None = None) -> list[CompareRow]:
     """Best plan per cluster, ranked by tokens/s."""
     return rank_rows([best_row(model, name, c, global_batch_size=global_batch_size,
-                               tokens=tokens, objective=objective, framework=framework)
+                               tokens=tokens, objective=objective, framework=framework,
+                               profiles=profiles)
                       for name, c in clusters])
 
 

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from cost_models.profiles import ProfileSet
 from planner.cluster import Cluster, cluster_from_dict
 from planner.costing.framework import DEFAULT_FRAMEWORK, Framework
 from planner.report.compare import CompareRow, best_row
@@ -39,13 +40,14 @@ class WhatIf:
 def whatif(model: Any, cluster: Cluster, *, add: Sequence[str] = (), remove: Sequence[str] = (),
            price: Sequence[str] = (), network_gbps: float | None = None,
            global_batch_size: int | None = None, objective: str = "throughput",
-           framework: Framework = DEFAULT_FRAMEWORK) -> WhatIf:
+           framework: Framework = DEFAULT_FRAMEWORK,
+           profiles: ProfileSet | None = None) -> WhatIf:
     """Best plan on `cluster` and on the edited cluster (edits as in `scenario.edit_cluster`)."""
     spec, notes = edit_cluster(cluster.spec, add=add, remove=remove, price=price,
                                network_gbps=network_gbps)
     edited = cluster_from_dict(spec, "whatif scenario")
     kwargs: dict[str, Any] = {"global_batch_size": global_batch_size, "objective": objective,
-                              "framework": framework}
+                              "framework": framework, "profiles": profiles}
     return WhatIf(edits=tuple(notes), before=best_row(model, cluster.name, cluster, **kwargs),
                   after=best_row(model, f"{cluster.name} (what-if)", edited, **kwargs),
                   cluster_after=edited.spec)
