@@ -32,6 +32,7 @@ def _register() -> None:
         cmd_launch,
         cmd_models,
         cmd_plan,
+        cmd_profile,
         cmd_simulate,
         cmd_validate,
         cmd_whatif,
