@@ -176,3 +176,43 @@ def test_default_framework_describes_the_runtime_attention(monkeypatch) -> None:
     assert seen.get("is_causal") is True
     assert DEFAULT_FRAMEWORK.attention_flops_share == 0.5
     assert DEFAULT_FRAMEWORK.vocab_parallel is False
+
+
+def test_eager_attention_keeps_what_the_math_attention_graph_measures() -> None:
+    """`keeps_attention_probs` on the flash graph = the op-by-op attention's measured graph
+    (the extractor counts what autograd saves there: Korthikanti's 5·a·s² with dropout)."""
+    from planner.graph.extract import extract
+    from planner.graph.spec import ModelSpec
+
+    spec = ModelSpec.from_dict(dict(name="eager", architecture="gpt", hidden_size=256,
+                                    num_layers=2, num_attention_heads=8, vocab_size=64,
+                                    seq_len=128, training={"precision": "fp16"}))
+    flash = extract(spec)
+    a100 = gpu()
+    for dropout in (0.0, 0.1):
+        fw = Framework(keeps_attention_probs=True, attention_dropout=dropout > 0)
+        math_graph = extract(spec, attn_impl="math", dropout=dropout)
+        for tp, mb in ((1, 1), (2, 3)):
+            def act(graph, framework, recompute="none", tp=tp, mb=mb):
+                c = stage_cost(graph, 1, 2, a100, tp, mb, recompute, precision="fp16",
+                               profiles=NONE, framework=framework)
+                return c.activation_bytes_per_microbatch, c.recompute_transient_bytes
+
+            eager, _ = act(flash, fw)
+            measured, _ = act(math_graph, DEFAULT_FRAMEWORK)
+            # The model's dropout also masks the two residual branches (1 byte per element
+            # each, outside attention; split over TP as the rest of the block is here).
+            residual_masks = mb * 2 * spec.seq_len * spec.hidden_size / tp if dropout else 0.0
+            # Left over: the flash kernel's fp32 log-sum-exp (4·a·s bytes, 0.2 % here).
+            assert eager == pytest.approx(measured - residual_masks, rel=0.005), (dropout, tp)
+            assert eager > act(flash, DEFAULT_FRAMEWORK)[0]
+            # Full recompute keeps only the block inputs; the probabilities exist only while
+            # one block is recomputed.
+            held, transient = act(flash, fw, "full")
+            assert held == act(flash, DEFAULT_FRAMEWORK, "full")[0]
+            s, a = spec.seq_len, spec.num_attention_heads
+            per_elem = 2 * 2 + 1 if dropout else 2
+            assert transient - act(flash, DEFAULT_FRAMEWORK, "full")[1] == pytest.approx(
+                mb * a * s * s * per_elem / tp)
+    with pytest.raises(ValueError, match="keeps_attention_probs"):
+        Framework(attention_dropout=True)

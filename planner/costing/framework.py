@@ -22,6 +22,13 @@ with one of these records instead of bending the shared constants:
   boundary activation each. hetplan's runtime shards only the transformer blocks
   (`planner/runtime/stage.py: apply_tp`) and keeps the embedding and head whole on every TP
   rank, so its default is False: a TP group pays their full memory and compute on each GPU.
+- `keeps_attention_probs` / `attention_dropout`: the attention kernel materialises the s×s
+  probabilities and autograd keeps them for the backward (eager or fused-softmax attention:
+  a·s² elements per sequence and block, split over TP with the heads), plus, with attention
+  dropout, its 1-byte mask and the dropped copy (Korthikanti et al. 2023, Table 2: 5·a·s²·b
+  bytes in 16-bit). Flash kernels keep none of it, which is what the graph records. Under
+  full recompute or Megatron's selective recompute only one block's worth exists at a time,
+  during its recomputation.
 - `p2p_blocking`: pipeline sends/receives are synchronous inside the schedule (DeepSpeed's
   `PipelineEngine`: `deepspeed/runtime/pipe/p2p.py` asserts `async_op == False` and calls
   `dist.send`/`dist.recv`, or `broadcast` on a two-rank group before torch 1.8), so each
@@ -35,7 +42,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 __all__ = ["AMP_DEEPSPEED_MEGATRON", "DEEPSPEED_PIPELINE", "DEFAULT_FRAMEWORK", "FRAMEWORKS",
-           "MEGATRON_CORE", "MEGATRON_EAGER", "Framework", "framework_named", "framework_of"]
+           "MEGATRON_CORE", "MEGATRON_EAGER", "SAILOR_DEEPSPEED", "Framework", "framework_named",
+           "framework_of"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +74,10 @@ class Framework:
     """Bytes per parameter of that per-pipeline all-reduce (None: the DP gradient bytes)."""
     p2p_blocking: bool = False
     """Pipeline p2p occupies sender and receiver (not overlapped with compute)."""
+    keeps_attention_probs: bool = False
+    """The s×s attention probabilities are kept for the backward (eager attention)."""
+    attention_dropout: bool = False
+    """With `keeps_attention_probs`: attention dropout keeps its mask and dropped copy too."""
 
     def __post_init__(self) -> None:
         if not 0 < self.memory_traffic_scale <= 1:
@@ -80,6 +92,8 @@ class Framework:
                              f"{self.attention_flops_share}")
         if (self.recompute_gemm_fraction is None) != (self.recompute_memory_fraction is None):
             raise ValueError("give both recompute fractions or neither")
+        if self.attention_dropout and not self.keeps_attention_probs:
+            raise ValueError("attention_dropout needs keeps_attention_probs")
 
 
 DEFAULT_FRAMEWORK = Framework()
@@ -95,12 +109,23 @@ DEEPSPEED_PIPELINE = Framework(name="deepspeed-pipeline", attention_flops_share=
                                vocab_parallel=True, tied_grad_pairs=True, p2p_blocking=True)
 """DeepSpeed's `PipelineEngine` over Megatron (BLOOM, MT-NLG)."""
 
+SAILOR_DEEPSPEED = Framework(name="sailor-deepspeed-megatron", attention_flops_share=1.0,
+                             vocab_parallel=True, tied_grad_pairs=True,
+                             keeps_attention_probs=True)
+"""Sailor's runs: Megatron-DeepSpeed with DeepSpeed's pipeline engine (`deepspeed/pipe_engine.py`
+in Sailor's repository), non-blocking as `MEGATRON_EAGER` prices it (docs/cost-model.md §7).
+Its attention is eager: `baddbmm` scores, `FusedScaleMaskSoftmax`, `bmm` with the kept
+probabilities (`megatron/model/gpt_neo_model.py`), which defines an attention dropout but
+never applies it."""
+
 AMP_DEEPSPEED_MEGATRON = Framework(name="deepspeed-megatron-1.1.5", attention_flops_share=1.0,
-                                   vocab_parallel=True, tied_grad_pairs=True, tied_grad_bytes=2)
+                                   vocab_parallel=True, tied_grad_pairs=True, tied_grad_bytes=2,
+                                   keeps_attention_probs=True, attention_dropout=True)
 """AMP's runs (DeepSpeed v0.3-era fork with Megatron-LM v1.1.5, fp16): Megatron's layers, and
 DeepSpeed's `_exec_reduce_tied_grads`, which all-reduces the fp16 `.grad` of the tied
 embedding over each pipeline's first and last stage (`fp32_allreduce` applies to the DP
-all-reduce only). Its blocking p2p is left out: modelled, it made every AMP figure worse
+all-reduce only), Megatron's eager attention with dropout on the probabilities. Its
+blocking p2p is left out: modelled, it made every AMP figure worse
 (docs/cost-model.md §7)."""
 
 MEGATRON_CORE = Framework(name="megatron", vocab_parallel=True, tied_grad_pairs=True)

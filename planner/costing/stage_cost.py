@@ -207,11 +207,27 @@ def _layer_costs(layer: Layer, graph: LayerGraph, gpu: GpuSpec, tp: int, mb: int
     if recompute == "full" or layer.kind != "block":
         rep_per_seq = saved if layer.kind == "block" else 0.0
     act = activation_bytes_per_gpu(b * saved, b * rep_per_seq, t, sp) if split else b * saved
+    # Eager attention's s×s probabilities (framework.py), split with the heads: kept per
+    # micro-batch without recompute; with it, one block's worth while it is recomputed.
+    probs = b * _attention_probs_bytes(layer, graph, fw) / ts
     transient = 0.0
     if recompute != "none":
         transient = activation_bytes_per_gpu(
-            b * (layer.activation_bytes - saved), 0.0, t, sp)
+            b * (layer.activation_bytes - saved), 0.0, t, sp) + probs
+    else:
+        act += probs
     return fwd, bwd, bwd_w, params, act, update, transient, bwd - no_recompute_bwd
+
+
+def _attention_probs_bytes(layer: Layer, graph: LayerGraph, fw: Framework) -> float:
+    """Bytes per sequence an eager attention keeps beyond what the graph (flash) records: the
+    probabilities (a·s² elements at the activation dtype), with dropout also its 1-byte mask
+    and the dropped copy (Korthikanti et al. 2023, Table 2: 5·a·s² in 16-bit)."""
+    if not fw.keeps_attention_probs or layer.kind != "block" or not layer.tp_dims:
+        return 0.0
+    per_element = graph.dtype_bytes * (2 if fw.attention_dropout else 1)
+    per_element += 1 if fw.attention_dropout else 0
+    return layer.tp_dims[0] * graph.seq_len ** 2 * per_element
 
 
 _NO_PROFILES = ProfileSet()

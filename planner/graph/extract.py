@@ -157,11 +157,15 @@ def _spec_tp(spec: ModelSpec, index: int) -> tuple[int, tuple[int, ...], int, in
 
 
 @lru_cache(maxsize=32)
-def extract(spec: ModelSpec) -> LayerGraph:
-    """The LayerGraph of `spec` at its training precision (cached; do not mutate it)."""
+def extract(spec: ModelSpec, attn_impl: str = "sdpa", dropout: float = 0.0) -> LayerGraph:
+    """The LayerGraph of `spec` at its training precision (cached; do not mutate it).
+
+    `attn_impl="math"` (with `dropout`) measures the op-by-op attention, which keeps the s×s
+    probabilities; the default measures what the runtime's fused SDPA keeps."""
     precision = spec.training.precision
     one_block = spec.replace(num_layers=1)
-    model = build_model(one_block, device="meta", dtype=torch_dtype(precision))
+    model = build_model(one_block, device="meta", dtype=torch_dtype(precision),
+                        attn_impl=attn_impl, dropout=dropout)  # type: ignore[arg-type]
     stats = measure_chain_model(model, spec.seq_len)
     n = spec.num_layers
     plan = [0, *([1] * n), 2]
