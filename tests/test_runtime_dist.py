@@ -88,6 +88,33 @@ def test_gpipe_identical_pipelines_sharded_dp_zero1() -> None:
     _check(plan, "tiny-llama", steps=3)
 
 
+def _vocab_worker(rank: int, world: int, store_dir: str, plan_dict: dict) -> tuple:
+    from planner.runtime.engine import Runner
+    from planner.runtime.grads import local_tensor
+    from planner.schema import Plan
+
+    init_world(store_dir, "vocab", rank, world)
+    model = build_model(load_model_spec("tiny"), device="cpu")
+    Runner(Plan.from_dict(plan_dict), rank, {r: r for r in range(world)}, model,
+           torch.device("cpu"))
+    emb, head = model.embed.tok.weight, model.head.lm_head.weight
+    pos = local_tensor(model.embed.pos.weight)
+    return tuple(local_tensor(emb).shape), head is emb, tuple(pos.shape)
+
+
+def test_vocab_parallel_tied_embedding_and_head_on_one_tp2_stage() -> None:
+    # Embedding and head on the same TP-2 ranks, their weight tied: each rank keeps half the
+    # vocabulary rows of one shared parameter (position table whole), and two such pipelines
+    # reduce the shards rank to rank; gradients as in one process.
+    plan = make_plan([{"microbatches": 2, "stages": [stage(0, 6, [0, 1])]},
+                      {"microbatches": 2, "stages": [stage(0, 6, [2, 3])]}])
+    spec = load_model_spec("tiny")
+    shapes = run_local(_vocab_worker, 4, plan.to_dict())
+    rows = spec.vocab_size // 2
+    assert shapes == [((rows, spec.hidden_size), True, (spec.seq_len, spec.hidden_size))] * 4
+    _check(plan, "tiny")
+
+
 # --- train(): the plan's own model spec, built rank by rank, on synthetic data --------------
 
 

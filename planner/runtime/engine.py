@@ -24,6 +24,7 @@ from planner.runtime.stage import (
     ParamLayout,
     apply_recompute,
     apply_tp,
+    apply_vocab_tp,
     chain_of,
     loss_of,
     param_keys,
@@ -119,11 +120,14 @@ class Runner:
         last = len(chain) - 1
         self.chunks: list[ChunkModule] = []
         self.notes: list[str] = []
+        split_ties: dict[int, torch.nn.Parameter] = {}
         for ch in view.chunks:
             elems = chain[ch.layers[0]:ch.layers[1]]
             sp: set[int] = set()
             for i, (e, m) in enumerate(zip(range(*ch.layers), elems, strict=True)):
                 m.to(device)
+                if e in (0, last) and mesh is not None:
+                    apply_vocab_tp(m, "embedding" if e == 0 else "head", mesh, split_ties)
                 if 0 < e < last:
                     if mesh is not None:
                         where = f"pipelines.{ch.pipeline}.stages.{ch.index} layer {e}"

@@ -83,6 +83,11 @@ def sync_gradients(params: list[tuple[ParamKey, torch.nn.Parameter]],
     for key, p in params:
         if p.grad is None:
             p.grad = torch.zeros_like(p)
+        elif isinstance(p, DTensor) and p.grad.placements != p.placements:
+            # A vocab-parallel embedding's gradient comes back replicated (torch's sharding
+            # rule for the embedding backward); keep this rank's rows like the weight's, so
+            # shards line up across holders and the optimizer sees matching layouts.
+            p.grad = p.grad.redistribute(p.device_mesh, p.placements)
         rule = rules[key]
         group = rule.group_for(rank)
         if len(group) == 1:

@@ -28,10 +28,13 @@ __all__ = [
     "ParamLayout",
     "apply_recompute",
     "apply_tp",
+    "apply_vocab_tp",
     "chain_of",
     "default_loss",
     "loss_of",
     "param_keys",
+    "vocab_modules",
+    "vocab_size_of",
 ]
 
 ParamKey = tuple[int, str]
@@ -128,6 +131,63 @@ def apply_tp(block: nn.Module, mesh: Any, where: str, sequence_parallel: bool = 
     # Every TP rank built the same weights, so each keeps its slice without a scatter.
     parallelize_module(block, mesh, styles, src_data_rank=None)
     return sp is not None
+
+
+def vocab_modules(element: nn.Module, kind: str) -> list[tuple[str, nn.Module]]:
+    """The vocabulary-sized modules of an embedding or head element: the largest
+    `nn.Embedding` (the token table; position tables stay whole), or the head's `nn.Linear`
+    layers with the largest output width (the LM head)."""
+    if kind == "embedding":
+        tables = [(n, m) for n, m in element.named_modules() if isinstance(m, nn.Embedding)]
+        return [max(tables, key=lambda nm: nm[1].num_embeddings)] if tables else []
+    heads = [(n, m) for n, m in element.named_modules() if isinstance(m, nn.Linear)]
+    width = max((m.out_features for _, m in heads), default=0)
+    return [(n, m) for n, m in heads if m.out_features == width]
+
+
+def vocab_size_of(element: nn.Module, kind: str) -> int | None:
+    """Rows of the token table / width of the LM head (None: the element has neither)."""
+    found = vocab_modules(element, kind)
+    if not found:
+        return None
+    m = found[0][1]
+    return m.num_embeddings if isinstance(m, nn.Embedding) else m.out_features
+
+
+def apply_vocab_tp(element: nn.Module, kind: str, mesh: Any,
+                   tied: dict[int, nn.Parameter]) -> bool:
+    """Split the token embedding (rows) or the LM head (output columns) over the TP mesh, as
+    Megatron's vocab-parallel layers do: the embedding's partial lookups are all-reduced, the
+    head's logits all-gathered (so any loss function sees whole logits). Only when the TP
+    degree divides the vocabulary (no padding rows); returns whether it split.
+
+    `tied` maps id(original weight) → its split parameter across calls on one rank, so a head
+    tied to an embedding on the same rank stays one parameter."""
+    from torch.distributed.tensor import Replicate
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        RowwiseParallel,
+        parallelize_module,
+    )
+
+    tp = mesh.size()
+    found = vocab_modules(element, kind)
+    size = vocab_size_of(element, kind)
+    if not found or size is None or size % tp:
+        return False
+    for _, m in found:
+        original = m.weight
+        if kind == "embedding":
+            style: Any = RowwiseParallel(input_layouts=Replicate(), output_layouts=Replicate())
+        else:
+            style = ColwiseParallel(output_layouts=Replicate())
+        # Every TP rank built the same weights, so each keeps its slice without a scatter.
+        parallelize_module(m, mesh, style, src_data_rank=None)
+        if id(original) in tied:  # the other end of a tie already split: share its param
+            m.weight = tied[id(original)]
+        else:
+            tied[id(original)] = m.weight
+    return True
 
 
 def apply_recompute(block: nn.Module, mode: str) -> None:
