@@ -114,41 +114,57 @@ def test_causal_flash_skips_half_the_attention_core() -> None:
     assert full.bwd_weight_s == causal.bwd_weight_s
 
 
-VOCAB_PARALLEL = Framework(vocab_parallel=True)
+WHOLE_VOCAB = Framework(vocab_parallel=False)
 
 
-def test_hetplan_runtime_keeps_embedding_and_head_whole_on_every_tp_rank() -> None:
-    """planner/runtime/stage.py shards only the blocks: at TP 4 each rank holds and runs the
-    whole embedding and head (no TP traffic for them); a vocab-parallel framework splits both."""
-    graph = gpt_graph(layers=2)
+def _with_vocab(graph, vocab: int):
+    """The fixture graph with its embedding and head recording their vocabulary size."""
+    layers = list(graph.layers)
+    for i in (0, len(layers) - 1):
+        layers[i] = dataclasses.replace(layers[i], vocab_size=vocab)
+    return dataclasses.replace(graph, layers=tuple(layers))
+
+
+def test_runtime_splits_embedding_and_head_when_tp_divides_the_vocabulary() -> None:
+    """planner/runtime/stage.py (apply_vocab_tp) splits them only when the TP degree divides
+    the vocabulary; otherwise each TP rank holds and runs them whole (no TP traffic for them),
+    exactly as at TP 1. Megatron pads the vocabulary, so it always splits."""
+    from planner.costing.framework import MEGATRON_CORE
+
     g = gpu()
-    emb, head = graph.layers[0], graph.layers[-1]
-    last = len(graph.layers)
-    whole = stage_cost(graph, last - 1, last, g, 4, 1, "none", precision="bf16", profiles=NONE)
-    one = stage_cost(graph, last - 1, last, g, 1, 1, "none", precision="bf16", profiles=NONE)
-    split = stage_cost(graph, last - 1, last, g, 4, 1, "none", precision="bf16", profiles=NONE,
-                       framework=VOCAB_PARALLEL)
-    assert whole.params_per_gpu == head.params and split.params_per_gpu == head.params / 4
-    assert (whole.fwd_s, whole.bwd_s) == pytest.approx((one.fwd_s, one.bwd_s), rel=1e-12)
-    assert split.fwd_s < whole.fwd_s
-    e_whole = stage_cost(graph, 0, 1, g, 4, 1, "none", precision="bf16", profiles=NONE)
-    e_split = stage_cost(graph, 0, 1, g, 4, 1, "none", precision="bf16", profiles=NONE,
-                         framework=VOCAB_PARALLEL)
-    assert e_whole.params_per_gpu == emb.params and e_split.params_per_gpu == emb.params / 4
+
+    def cost(graph, layer: int, tp: int, fw=DEFAULT_FRAMEWORK):
+        return stage_cost(graph, layer, layer + 1, g, tp, 1, "none", precision="bf16",
+                          profiles=NONE, framework=fw)
+
+    even, odd = _with_vocab(gpt_graph(layers=2), 51200), _with_vocab(gpt_graph(layers=2), 50257)
+    for graph, splits in ((even, True), (odd, False)):
+        for index in (0, len(graph.layers) - 1):
+            layer = graph.layers[index]
+            four, one = cost(graph, index, 4), cost(graph, index, 1)
+            if splits:
+                assert four.params_per_gpu == layer.params / 4
+                # The head's GEMM divides by 4; the embedding (a lookup) gains an all-reduce.
+                assert (four.fwd_s < one.fwd_s) == (layer.kind == "head")
+            else:
+                assert four.params_per_gpu == layer.params
+                assert (four.fwd_s, four.bwd_s) == pytest.approx((one.fwd_s, one.bwd_s),
+                                                                 rel=1e-12)
+            assert cost(graph, index, 4, MEGATRON_CORE).params_per_gpu == layer.params / 4
+            assert cost(graph, index, 4, WHOLE_VOCAB).params_per_gpu == layer.params
     # The blocks are split either way.
-    b4 = stage_cost(graph, 1, 2, g, 4, 1, "none", precision="bf16", profiles=NONE)
-    assert b4.params_per_gpu == graph.layers[1].params / 4
+    assert cost(odd, 1, 4).params_per_gpu == odd.layers[1].params / 4
 
 
 def test_whole_head_costs_its_full_state_and_logits_in_memory() -> None:
-    """Peak memory of the last stage at TP 4, hetplan's runtime minus a vocab-parallel one:
-    the head's 16 B/param of mixed-precision Adam state and its saved logits, 3/4 of each."""
-    graph = gpt_graph(layers=2, vocab=51200)
+    """Peak memory of the last stage at TP 4, embedding and head whole minus split: the head's
+    16 B/param of mixed-precision Adam state and its saved logits, 3/4 of each."""
+    graph = _with_vocab(gpt_graph(layers=2, vocab=51200), 51200)
     head = graph.layers[-1]
     cl = cluster(("a", gpu(), 2, 4, 100.0, None))
     plan = megatron_plan(graph, cl, tp=4, pp=2, dp=1, micro_batch=1, global_batch=4)
-    whole = estimate(graph, cl, plan, profiles=NONE)
-    split = estimate(graph, cl, plan, profiles=NONE, framework=VOCAB_PARALLEL)
+    whole = estimate(graph, cl, plan, profiles=NONE, framework=WHOLE_VOCAB)
+    split = estimate(graph, cl, plan, profiles=NONE)
     gib = 2 ** 30
     inflight = 1  # 1F1B: the last of 2 stages holds one micro-batch
     expected = 0.75 * (16 * head.params + inflight * head.activation_bytes) / gib
@@ -175,7 +191,8 @@ def test_default_framework_describes_the_runtime_attention(monkeypatch) -> None:
     core(q, q, q)
     assert seen.get("is_causal") is True
     assert DEFAULT_FRAMEWORK.attention_flops_share == 0.5
-    assert DEFAULT_FRAMEWORK.vocab_parallel is False
+    # The runtime splits the vocabulary without padding it (apply_vocab_tp).
+    assert DEFAULT_FRAMEWORK.vocab_parallel is True and DEFAULT_FRAMEWORK.pads_vocab is False
 
 
 def test_eager_attention_keeps_what_the_math_attention_graph_measures() -> None:

@@ -42,13 +42,14 @@ def test_the_stage_holding_only_the_head_keeps_a_copy() -> None:
                            profiles=NONE)
     whole = stage_cost(graph, 0, last, g, 2, 1, "none", precision="bf16", profiles=NONE)
     head = graph.layers[-1]
-    # hetplan's runtime: the head and its copy are whole on each of the 2 TP ranks.
+    # A vocabulary the TP degree does not split (unknown here, `vocab_size` 0): the head and
+    # its copy are whole on each of the 2 TP ranks, as hetplan's runtime keeps them.
     assert head_only.params_per_gpu == head.params + tied
     assert head_only.static_bytes_per_gpu == pytest.approx(16 * (head.params + tied))
     blocks = sum(x.params for x in graph.layers[1:-1]) / 2
     assert whole.params_per_gpu == round(graph.layers[0].params + blocks + head.params)
     split = stage_cost(graph, last - 1, last, g, 2, 1, "none", precision="bf16", profiles=NONE,
-                       framework=Framework(vocab_parallel=True))
+                       framework=Framework(pads_vocab=True))
     assert split.params_per_gpu == (head.params + tied) / 2
 
 

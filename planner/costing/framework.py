@@ -16,12 +16,13 @@ with one of these records instead of bending the shared constants:
   / Transformer Engine fused attention likewise) compute about half of it, forward and
   backward. Frameworks that materialise the masked s×s scores (Megatron's 2021-22 fused
   softmax path) compute all of it.
-- `vocab_parallel`: the embedding and the LM head are split over the TP ranks (Megatron's
-  `VocabParallelEmbedding` and parallel logits, torchtitan's rowwise embedding / colwise
-  output): their parameters, GEMMs and optimizer step divide by TP, at one all-reduce of the
-  boundary activation each. hetplan's runtime shards only the transformer blocks
-  (`planner/runtime/stage.py: apply_tp`) and keeps the embedding and head whole on every TP
-  rank, so its default is False: a TP group pays their full memory and compute on each GPU.
+- `vocab_parallel` / `pads_vocab`: the embedding and the LM head are split over the TP ranks
+  (Megatron's `VocabParallelEmbedding` and parallel logits, torchtitan's rowwise embedding /
+  colwise output, hetplan's runtime `planner/runtime/stage.py: apply_vocab_tp`): their
+  parameters, GEMMs and optimizer step divide by TP, at one all-reduce of the boundary
+  activation each. Megatron pads the vocabulary to a multiple of the TP degree
+  (`pads_vocab`); hetplan's runtime does not, so it splits only when the degree divides the
+  vocabulary (`Layer.vocab_size`) and otherwise keeps both whole on every TP rank.
 - `keeps_attention_probs` / `attention_dropout`: the attention kernel materialises the s×s
   probabilities and autograd keeps them for the backward (eager or fused-softmax attention:
   a·s² elements per sequence and block, split over TP with the heads), plus, with attention
@@ -62,9 +63,11 @@ class Framework:
     0.5 for causal flash kernels, which skip the masked upper-triangle blocks (hetplan's
     runtime calls `scaled_dot_product_attention(is_causal=True)`, whose flash and
     memory-efficient CUDA kernels do); 1.0 where the masked s×s scores are materialised."""
-    vocab_parallel: bool = False
-    """Embedding and LM head split over TP (False: whole on every TP rank, as in hetplan's
-    runtime)."""
+    vocab_parallel: bool = True
+    """Embedding and LM head split over TP (False: whole on every TP rank)."""
+    pads_vocab: bool = False
+    """With `vocab_parallel`: the vocabulary is padded so every TP degree splits it
+    (Megatron); False: only degrees that divide it do (hetplan's runtime, torchtitan)."""
     tied_grad_pairs: bool = False
     """A tied weight's two copies (first and last stage) are all-reduced per pipeline, then the
     last stage's copy joins that stage's DP all-reduce (Megatron's embedding group, DeepSpeed's
@@ -99,18 +102,18 @@ class Framework:
 DEFAULT_FRAMEWORK = Framework()
 
 MEGATRON_EAGER = Framework(name="megatron-eager-softmax", attention_flops_share=1.0,
-                           vocab_parallel=True, tied_grad_pairs=True)
+                           pads_vocab=True, tied_grad_pairs=True)
 """Megatron-LM 1.x-3.x style: vocab-parallel embedding and logits, the masked s×s scores
 materialised by a (fused) softmax kernel: AMP's DeepSpeed-Megatron v1.1.5 (`megatron/mpu/
 layers.py`, `cross_entropy.py` in its repository) and Sailor's runs (eager attention, see
 docs/cost-model.md §7)."""
 
 DEEPSPEED_PIPELINE = Framework(name="deepspeed-pipeline", attention_flops_share=1.0,
-                               vocab_parallel=True, tied_grad_pairs=True, p2p_blocking=True)
+                               pads_vocab=True, tied_grad_pairs=True, p2p_blocking=True)
 """DeepSpeed's `PipelineEngine` over Megatron (BLOOM, MT-NLG)."""
 
 SAILOR_DEEPSPEED = Framework(name="sailor-deepspeed-megatron", attention_flops_share=1.0,
-                             vocab_parallel=True, tied_grad_pairs=True,
+                             pads_vocab=True, tied_grad_pairs=True,
                              keeps_attention_probs=True)
 """Sailor's runs: Megatron-DeepSpeed with DeepSpeed's pipeline engine (`deepspeed/pipe_engine.py`
 in Sailor's repository), non-blocking as `MEGATRON_EAGER` prices it (docs/cost-model.md §7).
@@ -119,7 +122,7 @@ probabilities (`megatron/model/gpt_neo_model.py`), which defines an attention dr
 never applies it."""
 
 AMP_DEEPSPEED_MEGATRON = Framework(name="deepspeed-megatron-1.1.5", attention_flops_share=1.0,
-                                   vocab_parallel=True, tied_grad_pairs=True, tied_grad_bytes=2,
+                                   pads_vocab=True, tied_grad_pairs=True, tied_grad_bytes=2,
                                    keeps_attention_probs=True, attention_dropout=True)
 """AMP's runs (DeepSpeed v0.3-era fork with Megatron-LM v1.1.5, fp16): Megatron's layers, and
 DeepSpeed's `_exec_reduce_tied_grads`, which all-reduces the fp16 `.grad` of the tied
@@ -128,7 +131,7 @@ all-reduce only), Megatron's eager attention with dropout on the probabilities. 
 blocking p2p is left out: modelled, it made every AMP figure worse
 (docs/cost-model.md §7)."""
 
-MEGATRON_CORE = Framework(name="megatron", vocab_parallel=True, tied_grad_pairs=True)
+MEGATRON_CORE = Framework(name="megatron", pads_vocab=True, tied_grad_pairs=True)
 """Megatron-LM / Megatron-core as launched today: causal flash attention, vocab-parallel
 embedding and head, the embedding group for tied weights (for teams that plan with hetplan and
 launch Megatron themselves; `hetplan launch` always runs hetplan's runtime)."""

@@ -21,7 +21,7 @@ from planner.cluster.model import Node
 from planner.costing.framework import Framework
 from planner.costing.links import ring_time_s
 from planner.costing.stage_cost import tp_split
-from planner.graph.layers import LayerGraph
+from planner.graph.layers import Layer, LayerGraph
 from planner.schema import Plan
 
 __all__ = ["grad_sync_s"]
@@ -64,10 +64,10 @@ def grad_sync_s(graph: LayerGraph, plan: Plan, devices: Sequence[Sequence[SyncDe
         for d in members:
             out[d.pipeline][d.index] += t
 
-    def shard(layer_tp_split: bool, members: list[SyncDevice]) -> int:
-        # The largest shard governs: the smallest TP, or the whole tensor where every TP rank
-        # holds all of it (the embedding and head outside vocab-parallel frameworks).
-        return min(d.tp for d in members) if layer_tp_split else 1
+    def shard(layer: Layer, members: list[SyncDevice]) -> int:
+        # The largest shard governs: the smallest TP, or the whole tensor where a TP group
+        # holds all of it on every rank (an embedding or head its TP degree does not split).
+        return min(d.tp if tp_split(layer, framework, d.tp) else 1 for d in members)
 
     moved = [0] * len(graph.layers)  # tied parameters reduced apart from their owner's ring
     copies_dp: list[tuple[int, list[SyncDevice]]] = []
@@ -79,7 +79,6 @@ def grad_sync_s(graph: LayerGraph, plan: Plan, devices: Sequence[Sequence[SyncDe
         pairs = [(a, b) for a, b in both if a.index != b.index]
         if not pairs:  # every pipeline holds the weight and its user on one device
             continue
-        split = tp_split(layer, framework)
         members = list({(d.pipeline, d.index): d for pair in both for d in pair}.values())
         sharing: dict[str, int] = {}
         for d in members:
@@ -87,11 +86,11 @@ def grad_sync_s(graph: LayerGraph, plan: Plan, devices: Sequence[Sequence[SyncDe
         if framework.tied_grad_pairs:
             nbytes = layer.tied_params * (framework.tied_grad_bytes or grad_bytes)
             for a, b in pairs:
-                ring(nbytes / shard(split, [a, b]), [a, b], sharing, tied_out)
+                ring(nbytes / shard(layer, [a, b]), [a, b], sharing, tied_out)
             copies_dp.append((li, [b for _, b in pairs]))
         else:
             moved[layer.tied_to] += layer.tied_params
-            ring(layer.tied_params * grad_bytes / shard(split, members), members, sharing,
+            ring(layer.tied_params * grad_bytes / shard(layer, members), members, sharing,
                  tied_out)
     if n_pipes == 1:
         return dp_out, tied_out
@@ -99,11 +98,10 @@ def grad_sync_s(graph: LayerGraph, plan: Plan, devices: Sequence[Sequence[SyncDe
         own = layer.params - moved[li]
         if own > 0:
             ds = [devices[p][holder[p][li]] for p in range(n_pipes)]
-            ring(own * grad_bytes / shard(tp_split(layer, framework), ds), ds, used_gpus,
-                 dp_out)
+            ring(own * grad_bytes / shard(layer, ds), ds, used_gpus, dp_out)
     for li, copies in copies_dp:  # the copies' own data-parallel all-reduce
         if len(copies) > 1:
             layer = graph.layers[li]
-            ring(layer.tied_params * grad_bytes / shard(tp_split(layer, framework), copies),
-                 copies, used_gpus, dp_out)
+            ring(layer.tied_params * grad_bytes / shard(layer, copies), copies, used_gpus,
+                 dp_out)
     return dp_out, tied_out

@@ -119,12 +119,17 @@ def _intra_link(gpu: GpuSpec, gb_per_s: float | None, kind: str | None) -> Link:
     return link_of_kind(kind or gpu.intra_node_link, bw)
 
 
-def tp_split(layer: Layer, fw: Framework = DEFAULT_FRAMEWORK) -> bool:
-    """Whether a TP group splits the layer (its parameters and GEMMs divide by TP) or every
-    TP rank holds it whole: blocks always split; the embedding and head only under a
-    vocab-parallel framework; other layers when the graph gives them TP all-reduces."""
+def tp_split(layer: Layer, fw: Framework = DEFAULT_FRAMEWORK, tp: int = 1) -> bool:
+    """Whether a TP group of `tp` splits the layer (its parameters and GEMMs divide by TP) or
+    every TP rank holds it whole: blocks always split; the embedding and head under a
+    vocab-parallel framework that pads the vocabulary, or when `tp` divides it (hetplan's
+    runtime, `planner/runtime/stage.py: apply_vocab_tp`); other layers when the graph gives
+    them TP all-reduces."""
     if layer.kind in ("head", "embedding"):
-        return fw.vocab_parallel
+        if not fw.vocab_parallel:
+            return False
+        return fw.pads_vocab or tp == 1 or (layer.vocab_size > 0
+                                            and layer.vocab_size % tp == 0)
     return layer.kind == "block" or layer.tp_allreduces_fwd > 0
 
 
@@ -134,7 +139,7 @@ def _layer_costs(layer: Layer, graph: LayerGraph, gpu: GpuSpec, tp: int, mb: int
     """(fwd, bwd, bwd_weight, params/GPU, activation bytes/GPU, update, transient, recompute)
     of one layer; `bwd` includes the recompute time."""
     b, t = mb, tp
-    split = tp_split(layer, fw)
+    split = tp_split(layer, fw, t)
     ts = t if split else 1
     params = layer.params / ts
     mm_frac = layer.fwd_matmul_flops / layer.fwd_flops if layer.fwd_flops > 0 else 0.0
@@ -242,7 +247,7 @@ def _ties(graph: LayerGraph, gpu: GpuSpec, tp: int,
     out = []
     for i, layer in enumerate(graph.layers):
         if layer.tied_params > 0 and 0 <= layer.tied_to < i:
-            per_gpu = layer.tied_params / (tp if tp_split(layer, fw) else 1)
+            per_gpu = layer.tied_params / (tp if tp_split(layer, fw, tp) else 1)
             out.append((i, layer.tied_to, per_gpu, adam_step_s(per_gpu, gpu)))
     return tuple(out)
 

@@ -82,11 +82,13 @@ def layer_graph_from_stats(
     names: Sequence[str],
     tp: Sequence[tuple[int, tuple[int, ...], int, int]],
     per_sequence: float = 1.0,
+    vocab_size: int = 0,
 ) -> LayerGraph:
     """Assemble a LayerGraph: chain element i takes the figures of `stats[plan[i]]`.
 
     `tp[i]` is (max_tp, tp_dims, all-reduces per forward, matmul_dim) of element i;
-    `per_sequence` divides every figure (a user's example batch may hold several).
+    `per_sequence` divides every figure (a user's example batch may hold several);
+    `vocab_size` goes to the embedding and the head (0: unknown).
     """
     last = len(plan) - 1
     first_element: dict[int, int] = {}
@@ -123,6 +125,7 @@ def layer_graph_from_stats(
             tp_dims=tp_dims,
             tied_params=st.shared_params if st.shared_with >= 0 else 0,
             tied_to=first_element.get(st.shared_with, -1) if st.shared_params else -1,
+            vocab_size=vocab_size if i in (0, last) else 0,
         ))
     return LayerGraph(name=name, seq_len=seq_len, dtype_bytes=element_bytes,
                       layers=tuple(layers), op_graph=_op_graph(stats, plan))
@@ -172,4 +175,4 @@ def extract(spec: ModelSpec, attn_impl: str = "sdpa", dropout: float = 0.0) -> L
     names = ["embed", *(f"layers.{j}" for j in range(n)), "head"]
     tp = [_spec_tp(spec, i) for i in range(n + 2)]
     return layer_graph_from_stats(spec.name, spec.seq_len, dtype_bytes(precision), stats, plan,
-                                  names=names, tp=tp)
+                                  names=names, tp=tp, vocab_size=spec.vocab_size)

@@ -66,6 +66,9 @@ class Layer:
     tp_dims: tuple[int, ...] = ()
     """Sizes a TP degree must divide (heads, KV heads, FFN width); empty: any degree up to
     `max_tp` (the embedding and head split a vocabulary Megatron-style, padded)."""
+    vocab_size: int = 0
+    """Embedding: rows of its token table; head: its logits' width; 0 elsewhere or unknown.
+    hetplan's runtime splits them over TP only when the degree divides it (no padding)."""
 
     def allows_tp(self, tp: int) -> bool:
         """Whether a tensor-parallel degree `tp` splits this layer evenly."""
@@ -107,6 +110,7 @@ class Layer:
             "tp_dims": list(self.tp_dims),
             "tied_params": self.tied_params,
             "tied_to": self.tied_to,
+            "vocab_size": self.vocab_size,
         }
 
     @classmethod

@@ -101,5 +101,9 @@ def graph_from_module(module: nn.Module, example_input: Any, *, name: str) -> La
     # Embedding and head: split like Megatron's vocab-parallel layers (one all-reduce).
     ends = (hidden, (), 1, hidden)
     tp = [ends, *((_block_tp(b), (), 2, hidden) for b in blocks), ends]
+    # The token table: the largest embedding (the runtime splits that one over TP).
+    vocab = max((m.num_embeddings for m in module.modules() if isinstance(m, nn.Embedding)),
+                default=0)
     return layer_graph_from_stats(name, seq_len, params[0].element_size(), stats,
-                                  list(range(n + 2)), names=names, tp=tp, per_sequence=batch)
+                                  list(range(n + 2)), names=names, tp=tp, per_sequence=batch,
+                                  vocab_size=vocab)

@@ -123,7 +123,7 @@ def fused_framework(model: str, graph: Any) -> Framework:
     ratio = fused_traffic_ratio(block.fwd_memory_bytes / graph.seq_len, h, ffn, kv,
                                 gated=llama, rotary=llama, dtype_bytes=graph.dtype_bytes)
     return Framework(name="megatron-core+TE", memory_traffic_scale=ratio,
-                     attention_flops_share=CAUSAL_FLASH, vocab_parallel=True,
+                     attention_flops_share=CAUSAL_FLASH, pads_vocab=True,
                      tied_grad_pairs=True)
 
 
