@@ -24,9 +24,20 @@ from tests.test_runtime_plans import make_plan, stage
 TOL = 1e-5
 
 
-def _check(plan, spec_name: str, steps: int = 2, **extra: float) -> CheckResult:
+def _with_own_loss(spec):
+    """The model with a loss of its own (same math): the runtime then all-gathers split logits
+    instead of running the loss under loss_parallel."""
+    model = build_model(spec, device="cpu")
+    model.loss_fn = lambda logits, labels: torch.nn.functional.cross_entropy(
+        logits.reshape(-1, logits.shape[-1]), labels.reshape(-1))
+    return model
+
+
+def _check(plan, spec_name: str, steps: int = 2, own_loss: bool = False,
+           **extra: float) -> CheckResult:
     spec = load_model_spec(spec_name)
-    factory = functools.partial(build_model, spec, device="cpu")
+    factory = (functools.partial(_with_own_loss, spec) if own_loss
+               else functools.partial(build_model, spec, device="cpu"))
     opts = {"seq_len": spec.seq_len, "vocab_size": spec.vocab_size, **extra}
     (res,) = check_plans([(plan, factory, opts)], steps=steps)
     assert res.num_params_checked == res.num_reference_params  # every gradient was compared
@@ -95,24 +106,29 @@ def _vocab_worker(rank: int, world: int, store_dir: str, plan_dict: dict) -> tup
 
     init_world(store_dir, "vocab", rank, world)
     model = build_model(load_model_spec("tiny"), device="cpu")
-    Runner(Plan.from_dict(plan_dict), rank, {r: r for r in range(world)}, model,
-           torch.device("cpu"))
+    runner = Runner(Plan.from_dict(plan_dict), rank, {r: r for r in range(world)}, model,
+                    torch.device("cpu"))
     emb, head = model.embed.tok.weight, model.head.lm_head.weight
     pos = local_tensor(model.embed.pos.weight)
-    return tuple(local_tensor(emb).shape), head is emb, tuple(pos.shape)
+    return tuple(local_tensor(emb).shape), head is emb, tuple(pos.shape), runner.loss_parallel
 
 
 def test_vocab_parallel_tied_embedding_and_head_on_one_tp2_stage() -> None:
     # Embedding and head on the same TP-2 ranks, their weight tied: each rank keeps half the
-    # vocabulary rows of one shared parameter (position table whole), and two such pipelines
-    # reduce the shards rank to rank; gradients as in one process.
+    # vocabulary rows of one shared parameter (position table whole) and half the logits
+    # (cross-entropy under loss_parallel), and two such pipelines reduce the shards rank to
+    # rank; loss and gradients as in one process.
     plan = make_plan([{"microbatches": 2, "stages": [stage(0, 6, [0, 1])]},
                       {"microbatches": 2, "stages": [stage(0, 6, [2, 3])]}])
     spec = load_model_spec("tiny")
     shapes = run_local(_vocab_worker, 4, plan.to_dict())
     rows = spec.vocab_size // 2
-    assert shapes == [((rows, spec.hidden_size), True, (spec.seq_len, spec.hidden_size))] * 4
+    assert shapes == [((rows, spec.hidden_size), True, (spec.seq_len, spec.hidden_size),
+                       True)] * 4
     _check(plan, "tiny")
+    # A model's own loss function gets whole (all-gathered) logits instead.
+    _check(make_plan([{"microbatches": 2, "stages": [stage(0, 3, [0]), stage(3, 6, [1, 2])]}]),
+           "tiny", own_loss=True)
 
 
 # --- train(): the plan's own model spec, built rank by rank, on synthetic data --------------

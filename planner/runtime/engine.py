@@ -15,7 +15,7 @@ import torch.distributed as dist
 
 from planner.errors import HetplanError
 from planner.runtime.comm import Channel, MessageId, make_groups
-from planner.runtime.grads import clip_grad_norm, sync_gradients, sync_rules
+from planner.runtime.grads import clip_grad_norm, local_tensor, sync_gradients, sync_rules
 from planner.runtime.scaler import LossScaler
 from planner.runtime.schedule import Action, pipeline_actions
 from planner.runtime.stage import (
@@ -27,6 +27,7 @@ from planner.runtime.stage import (
     apply_vocab_tp,
     chain_of,
     loss_of,
+    parallel_loss_ok,
     param_keys,
 )
 from planner.runtime.topology import (
@@ -121,13 +122,19 @@ class Runner:
         self.chunks: list[ChunkModule] = []
         self.notes: list[str] = []
         split_ties: dict[int, torch.nn.Parameter] = {}
+        # Logits split over the vocabulary need the loss (and its backward) under torch's
+        # loss_parallel; only our cross-entropy is known to run there.
+        self.loss_parallel = False
+        shard_logits = parallel_loss_ok(self.loss_fn)
         for ch in view.chunks:
             elems = chain[ch.layers[0]:ch.layers[1]]
             sp: set[int] = set()
             for i, (e, m) in enumerate(zip(range(*ch.layers), elems, strict=True)):
                 m.to(device)
                 if e in (0, last) and mesh is not None:
-                    apply_vocab_tp(m, "embedding" if e == 0 else "head", mesh, split_ties)
+                    split = apply_vocab_tp(m, "embedding" if e == 0 else "head", mesh,
+                                           split_ties, shard_logits)
+                    self.loss_parallel |= split and e == last and shard_logits
                 if 0 < e < last:
                     if mesh is not None:
                         where = f"pipelines.{ch.pipeline}.stages.{ch.index} layer {e}"
@@ -180,10 +187,18 @@ class Runner:
             x = self.channel.recv(("F", c - 1, m), src).requires_grad_()
             out = self.chunks[v](x)
         if c == last:
-            return x, self.loss_fn(out, labs[m]) / self.view.total_microbatches
+            with self._loss_context():
+                return x, self.loss_fn(out, labs[m]) / self.view.total_microbatches
         for dst in forward_peers(here, self._chunk(c + 1), self.rank):
             self.channel.send(("F", c, m), out, dst)
         return x, out
+
+    def _loss_context(self) -> contextlib.AbstractContextManager:
+        if not self.loss_parallel:
+            return contextlib.nullcontext()
+        from torch.distributed.tensor.parallel import loss_parallel
+
+        return loss_parallel()
 
     def forward_backward(self, inputs: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         """Run the schedule on this pipeline's slice of the global batch; returns the summed
@@ -204,12 +219,13 @@ class Runner:
                       else contextlib.nullcontext()):
                     x, out = self._forward(v, c, m, ins, labs, last)
                 if c == last:
-                    loss_sum += out.detach()
+                    loss_sum += local_tensor(out.detach())
                 saved[(v, m)] = (x, out)
                 continue
             x, out = saved.pop((v, m))
             if c == last:
-                torch.autograd.backward(out * self.scaler.scale if self.scaler else out)
+                with self._loss_context():
+                    torch.autograd.backward(out * self.scaler.scale if self.scaler else out)
             else:
                 src = backward_peers(here, self._chunk(c + 1), self.rank)[0]
                 torch.autograd.backward(out, self.channel.recv(("B", c + 1, m), src))

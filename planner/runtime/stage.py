@@ -33,6 +33,7 @@ __all__ = [
     "default_loss",
     "loss_of",
     "param_keys",
+    "parallel_loss_ok",
     "vocab_modules",
     "vocab_size_of",
 ]
@@ -58,6 +59,14 @@ def default_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
 
 def loss_of(model: Any) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
     return getattr(model, "loss_fn", None) or default_loss
+
+
+def parallel_loss_ok(loss: Callable[..., Any]) -> bool:
+    """Whether `loss` is a token-mean cross-entropy that torch's `loss_parallel` can run on
+    logits split over the vocabulary (ours; a user's own loss gets whole logits)."""
+    from planner.models.chain import loss_fn
+
+    return loss in (default_loss, loss_fn)
 
 
 ParamLayout = tuple[dict[ParamKey, ParamKey], dict[ParamKey, tuple[int, ...]]]
@@ -155,15 +164,17 @@ def vocab_size_of(element: nn.Module, kind: str) -> int | None:
 
 
 def apply_vocab_tp(element: nn.Module, kind: str, mesh: Any,
-                   tied: dict[int, nn.Parameter]) -> bool:
+                   tied: dict[int, nn.Parameter], shard_logits: bool = False) -> bool:
     """Split the token embedding (rows) or the LM head (output columns) over the TP mesh, as
-    Megatron's vocab-parallel layers do: the embedding's partial lookups are all-reduced, the
-    head's logits all-gathered (so any loss function sees whole logits). Only when the TP
-    degree divides the vocabulary (no padding rows); returns whether it split.
+    Megatron's vocab-parallel layers do: the embedding's partial lookups are all-reduced. The
+    head's logits stay split over the vocabulary (`shard_logits`: a DTensor for a loss run
+    under `loss_parallel`, Megatron's parallel cross-entropy) or are all-gathered (any loss
+    function then sees whole logits). Only when the TP degree divides the vocabulary (no
+    padding rows); returns whether it split.
 
     `tied` maps id(original weight) → its split parameter across calls on one rank, so a head
     tied to an embedding on the same rank stays one parameter."""
-    from torch.distributed.tensor import Replicate
+    from torch.distributed.tensor import Replicate, Shard
     from torch.distributed.tensor.parallel import (
         ColwiseParallel,
         RowwiseParallel,
@@ -179,6 +190,8 @@ def apply_vocab_tp(element: nn.Module, kind: str, mesh: Any,
         original = m.weight
         if kind == "embedding":
             style: Any = RowwiseParallel(input_layouts=Replicate(), output_layouts=Replicate())
+        elif shard_logits:
+            style = ColwiseParallel(output_layouts=Shard(-1), use_local_output=False)
         else:
             style = ColwiseParallel(output_layouts=Replicate())
         # Every TP rank built the same weights, so each keeps its slice without a scatter.
