@@ -103,10 +103,11 @@ DEFAULT_FRAMEWORK = Framework()
 
 MEGATRON_EAGER = Framework(name="megatron-eager-softmax", attention_flops_share=1.0,
                            pads_vocab=True, tied_grad_pairs=True)
-"""Megatron-LM 1.x-3.x style: vocab-parallel embedding and logits, the masked s×s scores
-materialised by a (fused) softmax kernel: AMP's DeepSpeed-Megatron v1.1.5 (`megatron/mpu/
-layers.py`, `cross_entropy.py` in its repository) and Sailor's runs (eager attention, see
-docs/cost-model.md §7)."""
+"""Megatron-LM 1.x-3.x style: vocab-parallel embedding and logits (padded vocabulary), the
+masked s×s scores computed by a (fused) softmax kernel, as in AMP's DeepSpeed-Megatron v1.1.5
+(`megatron/mpu/layers.py`, `cross_entropy.py` in its repository). The large-run validation's
+default record and the Megatron weak-scaling probe (bench/megatron_weak_scaling.py); AMP and
+Sailor have their own records below, which also keep the probabilities in memory."""
 
 DEEPSPEED_PIPELINE = Framework(name="deepspeed-pipeline", attention_flops_share=1.0,
                                pads_vocab=True, tied_grad_pairs=True, p2p_blocking=True)
