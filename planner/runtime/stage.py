@@ -143,10 +143,12 @@ def apply_tp(block: nn.Module, mesh: Any, where: str, sequence_parallel: bool = 
 
 
 def vocab_modules(element: nn.Module, kind: str) -> list[tuple[str, nn.Module]]:
-    """The vocabulary-sized modules of an embedding or head element: the largest
-    `nn.Embedding` (the token table; position tables stay whole), or the head's `nn.Linear`
-    layers with the largest output width (the LM head)."""
+    """The vocabulary-sized modules of an embedding or head element: the token table (our
+    models' `tok`, else the largest `nn.Embedding`; position tables stay whole), or the head's
+    `nn.Linear` layers with the largest output width (the LM head)."""
     if kind == "embedding":
+        if isinstance(getattr(element, "tok", None), nn.Embedding):
+            return [("tok", element.tok)]  # also when positions outnumber the vocabulary
         tables = [(n, m) for n, m in element.named_modules() if isinstance(m, nn.Embedding)]
         return [max(tables, key=lambda nm: nm[1].num_embeddings)] if tables else []
     heads = [(n, m) for n, m in element.named_modules() if isinstance(m, nn.Linear)]
