@@ -211,6 +211,16 @@ def default_profiles() -> ProfileSet:
     return _DEFAULT
 
 
+def _known_gpu(name: str) -> bool:
+    from cost_models.catalog import get_gpu
+
+    try:
+        get_gpu(name)
+    except LookupError:
+        return False
+    return True
+
+
 def _curve_key(r: ProfileRow) -> tuple[str, str, str, int, str]:
     return (_canonical_gpu(r.gpu), normalize_model(r.model), r.layer_kind, r.tp,
             _precision_class(r.precision))
@@ -220,7 +230,14 @@ def with_profile_files(paths: Iterable[str | Path], *, shipped: bool = True) -> 
     """The shipped profiles plus the rows of `paths` (e.g. from `hetplan profile`). A file's
     curve (GPU, model, layer kind, TP, precision) replaces the shipped one it matches: newer,
     local measurements win. `shipped=False`: the files alone."""
-    user = [row for p in paths for row in read_profile_csv(p)]
+    user = []
+    for p in paths:
+        rows = read_profile_csv(p)
+        for line, r in enumerate(rows, start=2):
+            if not _known_gpu(r.gpu):
+                raise ValueError(f"{p}: line {line}: GPU {r.gpu!r} is not in the catalog, so "
+                                 "no plan would use the row (`hetplan gpus` lists the names)")
+        user.extend(rows)
     keys = {_curve_key(r) for r in user}
     base = [r for r in default_profiles().rows if _curve_key(r) not in keys] if shipped else []
     return ProfileSet([*base, *user])

@@ -118,3 +118,11 @@ def test_profile_rows_are_validated(tmp_path) -> None:
         path.write_text(head + line + "\n")
         with pytest.raises(ValueError, match=message):
             read_profile_csv(path)
+
+
+def test_a_profile_file_naming_an_unknown_gpu_is_refused(tmp_path) -> None:
+    path = tmp_path / "typo.csv"
+    path.write_text("gpu,model,hidden_size,seq_len,layer_kind,micro_batch,tp,precision,fwd_ms,"
+                    "bwd_ms,update_ms,source\nH100-SXM9,m,64,16,block,1,1,bf16,1,2,,x\n")
+    with pytest.raises(ValueError, match="line 2: GPU 'H100-SXM9' is not in the catalog"):
+        with_profile_files([path])
