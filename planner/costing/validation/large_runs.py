@@ -110,10 +110,8 @@ def _block_dims(model: str) -> tuple[int, int, int, bool]:
 
 CAUSAL_FLASH = 0.5
 """Causal flash attention (SDPA flash / cuDNN / TE fused) computes half the s×s blocks."""
-TORCHTITAN_FULL = Framework(name="torchtitan", attention_flops_share=CAUSAL_FLASH,
-                            vocab_parallel=True)
-FLASH_ONLY = Framework(name="flash-attention", attention_flops_share=CAUSAL_FLASH,
-                       vocab_parallel=True)
+TORCHTITAN_FULL = Framework(name="torchtitan", attention_flops_share=CAUSAL_FLASH)
+FLASH_ONLY = Framework(name="flash-attention", attention_flops_share=CAUSAL_FLASH)
 
 
 def fused_framework(model: str, graph: Any) -> Framework:
@@ -131,15 +129,13 @@ def torchtitan_framework(model: str, graph: Any, policy: str) -> Framework:
     """torchtitan's selective activation checkpointing (`op` or `layer`, see module doc)."""
     if policy == "layer":
         return Framework(name="torchtitan", recompute_gemm_fraction=0.5,
-                         recompute_memory_fraction=0.5, attention_flops_share=CAUSAL_FLASH,
-                         vocab_parallel=True)
+                         recompute_memory_fraction=0.5, attention_flops_share=CAUSAL_FLASH)
     h, ffn, kv, _ = _block_dims(model)
     block = next(x for x in graph.layers if x.kind == "block")
     rerun = 2.0 * (h * kv + h * h + h * ffn) * graph.seq_len  # wk, wo, w3 forward FLOPs
     share = min(1.0, rerun / block.fwd_matmul_flops)
     return Framework(name="torchtitan", recompute_gemm_fraction=share,
-                     recompute_memory_fraction=1.0, attention_flops_share=CAUSAL_FLASH,
-                     vocab_parallel=True)
+                     recompute_memory_fraction=1.0, attention_flops_share=CAUSAL_FLASH)
 
 
 def _cluster(gpu: GpuSpec, gpus: int, nic_gbps: float) -> Cluster:
@@ -191,6 +187,17 @@ def _run(model: str, seq: int, precision: str, gpu: GpuSpec, gpus: int, nic_gbps
     return per_gpu, tflops, est.feasible
 
 
+def _costed(label: str, measured: float, *run_args: Any, tflops: bool = False,
+            used: bool = True, note: str = "", **run_kwargs: Any) -> Row:
+    """One row from `_run(*run_args, **run_kwargs)` (tokens/s per GPU, or TFLOP/s per GPU with
+    `tflops`); a configuration that cannot be expressed becomes an uncounted row saying why."""
+    try:
+        tok, tf, feasible = _run(*run_args, **run_kwargs)
+    except (HetplanError, KeyError, ValueError) as exc:
+        return Row(label, measured, None, used=False, note=str(exc))
+    return Row(label, measured, tf if tflops else tok, feasible=feasible, used=used, note=note)
+
+
 def _ac(text: str) -> str:
     return "none" if text == "none" else ("full" if text == "full" else "selective")
 
@@ -227,17 +234,14 @@ def _torchtitan(path: Path, profiles: ProfileSet, h100: bool) -> list[Row]:
             policy = ac.split()[-1] if ac.startswith("selective") else ""
             framework = (lambda m, g: TORCHTITAN_FULL) if not policy else (
                 lambda m, g, pol=policy: torchtitan_framework(m, g, pol))
-            try:
-                tok, _, feasible = _run(model, seq, precision, gpu, gpus, nic, tp, pp,
-                                        2 if "interleaved" in par else 1, mb, lb * dp,
-                                        _ac(ac), True, profiles, framework)
-            except (HetplanError, KeyError, ValueError) as exc:
-                rows.append(Row(label, measured, None, used=False, note=str(exc)))
-                continue
             plain = precision == "bf16" and "compile" not in prec_txt
-            note = "" if plain else "torch.compile / float8 not modelled"
-            rows.append(Row(label, measured, tok, feasible=feasible, used=plain,
-                            note=note + ("" if feasible else " (no FSDP param sharding: OOM)")))
+            row = _costed(
+                label, measured, model, seq, precision, gpu, gpus, nic, tp, pp,
+                2 if "interleaved" in par else 1, mb, lb * dp, _ac(ac), True, profiles, framework,
+                used=plain, note="" if plain else "torch.compile / float8 not modelled")
+            if row.predicted is not None and not row.feasible:
+                row = dataclasses.replace(row, note=row.note + " (no FSDP param sharding: OOM)")
+            rows.append(row)
     return rows
 
 
@@ -257,14 +261,10 @@ def _nemo(path: Path, profiles: ProfileSet) -> list[Row]:
                 rows.append(Row(label, measured, None, used=False,
                                 note="context parallelism not modelled"))
                 continue
-            try:
-                tok, _, feasible = _run(r["model"], int(r["seq"]), "fp8", h100, int(r["gpus"]),
-                                        3200.0, tp, pp, vp, int(r["mbs"]), int(r["gbs"]), "none",
-                                        False, profiles, fused_framework)
-            except (HetplanError, KeyError, ValueError) as exc:
-                rows.append(Row(label, measured, None, used=False, note=str(exc)))
-                continue
-            rows.append(Row(label, measured, tok, feasible=feasible))
+            rows.append(_costed(
+                label, measured, r["model"], int(r["seq"]), "fp8", h100, int(r["gpus"]), 3200.0,
+                tp, pp, vp, int(r["mbs"]), int(r["gbs"]), "none", False, profiles,
+                fused_framework))
     return rows
 
 
@@ -284,14 +284,10 @@ def _llama3(path: Path, profiles: ProfileSet) -> list[Row]:
                                 note="context parallelism not modelled"))
                 continue
             mbs = int(r["batch_per_dp"])
-            try:
-                _, tflops, feasible = _run("Llama3.1-405B", int(r["seq_len"]), "bf16", h100,
-                                           int(r["gpus"]), 3200.0, tp, pp, 4, 1, mbs * dp, "none",
-                                           False, profiles, lambda m, g: FLASH_ONLY)
-            except (HetplanError, KeyError, ValueError) as exc:
-                rows.append(Row(label, measured, None, used=False, note=str(exc)))
-                continue
-            rows.append(Row(label, measured, tflops, feasible=feasible))
+            rows.append(_costed(
+                label, measured, "Llama3.1-405B", int(r["seq_len"]), "bf16", h100,
+                int(r["gpus"]), 3200.0, tp, pp, 4, 1, mbs * dp, "none", False, profiles,
+                lambda m, g: FLASH_ONLY, tflops=True))
     return rows
 
 
@@ -311,14 +307,10 @@ def _historic(profiles: ProfileSet) -> list[Row]:
     rows = []
     a100 = get_gpu("A100-SXM4-80GB")
     for label, model, gpus, nic, tp, pp, mb, gbs, measured in _HISTORIC:
-        try:
-            _, tflops, feasible = _run(model, 2048, "bf16", a100, gpus, nic, tp, pp, 1, mb, gbs,
-                                       "full", False, profiles, lambda m, g: DEEPSPEED_PIPELINE,
-                                       count_recompute=True, overlap_dp=False)
-        except (HetplanError, KeyError, ValueError) as exc:
-            rows.append(Row(label, measured, None, used=False, note=str(exc)))
-            continue
-        rows.append(Row(label, measured, tflops, feasible=feasible))
+        rows.append(_costed(
+            label, measured, model, 2048, "bf16", a100, gpus, nic, tp, pp, 1, mb, gbs, "full",
+            False, profiles, lambda m, g: DEEPSPEED_PIPELINE, count_recompute=True,
+            overlap_dp=False, tflops=True))
     return rows
 
 
