@@ -54,15 +54,21 @@ def normalize_model(name: str) -> str:
     return re.sub(r"[^a-z0-9.]", "", name.lower())
 
 
-def _canonical_gpu(name: str) -> str:
+def _catalog_name(name: str) -> str | None:
+    """The catalog's name for `name` (an alias resolves), None when the catalog lacks it."""
     try:
         from cost_models.catalog import get_gpu
     except ImportError:
-        return name
+        return None
     try:
         return get_gpu(name).name
-    except Exception:  # an unknown name stays as written; it then matches nothing
-        return name
+    except Exception:
+        return None
+
+
+def _canonical_gpu(name: str) -> str:
+    # An unknown name stays as written; it then matches nothing.
+    return _catalog_name(name) or name
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,16 +217,6 @@ def default_profiles() -> ProfileSet:
     return _DEFAULT
 
 
-def _known_gpu(name: str) -> bool:
-    from cost_models.catalog import get_gpu
-
-    try:
-        get_gpu(name)
-    except LookupError:
-        return False
-    return True
-
-
 def _curve_key(r: ProfileRow) -> tuple[str, str, str, int, str]:
     return (_canonical_gpu(r.gpu), normalize_model(r.model), r.layer_kind, r.tp,
             _precision_class(r.precision))
@@ -234,7 +230,7 @@ def with_profile_files(paths: Iterable[str | Path], *, shipped: bool = True) -> 
     for p in paths:
         rows = read_profile_csv(p)
         for line, r in enumerate(rows, start=2):
-            if not _known_gpu(r.gpu):
+            if _catalog_name(r.gpu) is None:
                 raise ValueError(f"{p}: line {line}: GPU {r.gpu!r} is not in the catalog, so "
                                  "no plan would use the row (`hetplan gpus` lists the names)")
         user.extend(rows)
