@@ -35,7 +35,6 @@ __all__ = [
     "param_keys",
     "parallel_loss_ok",
     "vocab_modules",
-    "vocab_size_of",
 ]
 
 ParamKey = tuple[int, str]
@@ -156,15 +155,6 @@ def vocab_modules(element: nn.Module, kind: str) -> list[tuple[str, nn.Module]]:
     return [(n, m) for n, m in heads if m.out_features == width]
 
 
-def vocab_size_of(element: nn.Module, kind: str) -> int | None:
-    """Rows of the token table / width of the LM head (None: the element has neither)."""
-    found = vocab_modules(element, kind)
-    if not found:
-        return None
-    m = found[0][1]
-    return m.num_embeddings if isinstance(m, nn.Embedding) else m.out_features
-
-
 def apply_vocab_tp(element: nn.Module, kind: str, mesh: Any,
                    tied: dict[int, nn.Parameter], shard_logits: bool = False) -> bool:
     """Split the token embedding (rows) or the LM head (output columns) over the TP mesh, as
@@ -185,8 +175,11 @@ def apply_vocab_tp(element: nn.Module, kind: str, mesh: Any,
 
     tp = mesh.size()
     found = vocab_modules(element, kind)
-    size = vocab_size_of(element, kind)
-    if not found or size is None or size % tp:
+    if not found:
+        return False
+    first = found[0][1]
+    size = first.num_embeddings if isinstance(first, nn.Embedding) else first.out_features
+    if size % tp:
         return False
     for _, m in found:
         original = m.weight
