@@ -27,6 +27,8 @@ from torch import nn
 from cost_models.gpu import GpuSpec
 from cost_models.profiles import PROFILE_COLUMNS, ProfileRow, ProfileSet
 from planner.errors import HetplanError
+from planner.graph.extract import extract
+from planner.graph.layers import LayerGraph
 from planner.graph.spec import ModelSpec
 from planner.profiler.timing import device_sync, time_median_s
 
@@ -56,11 +58,9 @@ def _with_precision(spec: ModelSpec, precision: str) -> ModelSpec:
     return ModelSpec.from_dict(data, where=f"model {spec.name}")
 
 
-def _analytic(spec: ModelSpec, gpu: GpuSpec, precision: str, mb: int) -> dict[str, tuple]:
+def _analytic(graph: LayerGraph, gpu: GpuSpec, precision: str, mb: int) -> dict[str, tuple]:
     from planner.costing.stage_cost import stage_cost
-    from planner.graph.extract import extract
 
-    graph = extract(_with_precision(spec, precision))
     out = {}
     for kind, index in zip(KINDS, (0, 1, len(graph.layers) - 1), strict=True):
         c = stage_cost(graph, index, index + 1, gpu, 1, mb, "none", precision=precision,
@@ -94,13 +94,14 @@ def profile_layers(spec: ModelSpec, *, device: torch.device, gpu: GpuSpec,
     elements = _elements(spec, device)
     optimizers = {k: torch.optim.AdamW(m.parameters(), lr=1e-5) for k, m in elements.items()}
     gen = torch.Generator(device="cpu").manual_seed(0)
+    graph = extract(_with_precision(spec, precision))
     out: list[LayerTiming] = []
     for mb in sorted(set(micro_batches)):
         if progress:
             progress(f"micro-batch {mb}")
         tokens = torch.randint(0, spec.vocab_size, (mb, spec.seq_len), generator=gen).to(device)
         measured = _time_micro_batch(elements, optimizers, tokens, amp, sync, warmup, repeats)
-        analytic = _analytic(spec, gpu, precision, mb)
+        analytic = _analytic(graph, gpu, precision, mb)
         out.extend(LayerTiming(kind, mb, *(1e3 * t for t in measured[kind]), *analytic[kind])
                    for kind in KINDS)
         if device.type == "cuda":
