@@ -194,9 +194,12 @@ def _check_structure(plan: Plan) -> None:
     unused = sorted(set(table) - set(used))
     if unused:
         raise ValueError(f"ranks {unused[:5]} are in the ranks table but serve no stage")
-    slots = {(r.node, r.local_rank) for r in plan.ranks}
-    if len(slots) != len(plan.ranks):
-        raise ValueError("ranks: two ranks share one (node, local_rank)")
+    slots: dict[tuple[str, int], int] = {}
+    for r in plan.ranks:
+        other = slots.setdefault((r.node, r.local_rank), r.rank)
+        if other != r.rank:
+            raise ValueError(f"ranks: ranks {other} and {r.rank} share one GPU (node {r.node}, "
+                             f"local_rank {r.local_rank}); give each rank its own local_rank")
     for p_idx, pipe in enumerate(plan.pipelines):
         for s_idx, st in enumerate(pipe.stages):
             nodes = sorted({table[r].node for r in st.ranks})

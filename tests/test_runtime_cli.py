@@ -30,8 +30,15 @@ def mixed_plan_file(tmp_path: Path) -> Path:
         [{"microbatches": 4, "stages": [stage(0, 2, [0]), stage(2, 4, [1]),
                                         stage(4, 6, [2, 3])]}],
         model=_model(), nodes={0: ("big", 0), 1: ("small", 0), 2: ("big", 1), 3: ("big", 2)})
+    # launch checks the plan against its cluster: a 3-GPU and a 1-GPU T4 node.
+    data = plan.to_dict()
+    data["cluster"] = {"name": "two-boxes", "nodes": [
+        {"name": name, "count": 1, "gpu": "T4", "gpus_per_node": gpus, "intra_node": "pcie",
+         "inter_node_gbps": 50} for name, gpus in (("big", 3), ("small", 1))]}
+    for st in data["pipelines"][0]["stages"]:
+        st["gpu"] = "T4"
     path = tmp_path / "plan.json"
-    plan.save(path)
+    path.write_text(json.dumps(data))
     return path
 
 

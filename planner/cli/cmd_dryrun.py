@@ -2,6 +2,8 @@
 
 One process per rank on this machine, the plan's depth at a tiny width; every step's loss and
 every gradient are compared with a single-process run of the same model on the same batch.
+The plan is checked against its model and cluster first (the one plan validator) and one
+that does not fit its GPUs is refused (exit 3, with the numbers) unless --allow-infeasible.
 Exit code 1 when they disagree (beyond 1e-5), 2 for a bad plan file.
 """
 
@@ -15,6 +17,7 @@ from rich.table import Table
 
 from planner.cli.main import app
 from planner.cli.output import console, print_json
+from planner.cli.plan_file import load_checked, refuse_infeasible
 
 __all__ = ["dryrun"]
 
@@ -26,15 +29,19 @@ def dryrun(
     max_ranks: Annotated[int, typer.Option(
         "--max-ranks", min=1, help="Most worker processes to start (larger plans shrink DP).")
     ] = 16,
+    allow_infeasible: Annotated[bool, typer.Option(
+        "--allow-infeasible", help="Run a plan that does not fit its GPUs' memory anyway "
+        "(dryrun runs it at a tiny width).")] = False,
     json_out: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
     """Run a plan on this CPU (gloo, tiny width) and check it against a one-process reference."""
     from planner.runtime.dry_run import TOLERANCE
     from planner.runtime.dry_run import dryrun as run_dryrun
-    from planner.schema import Plan
 
-    plan = Plan.load(plan_file)
-    res = run_dryrun(plan, steps=steps, max_ranks=max_ranks)
+    checked = load_checked(plan_file)
+    if not allow_infeasible:
+        refuse_infeasible(checked, "dryrun")
+    res = run_dryrun(checked.plan, steps=steps, max_ranks=max_ranks)
     if json_out:
         print_json(res.to_dict())
     else:

@@ -4,7 +4,8 @@
     hetplan estimate PLAN.json [--json]
 
 With flags, ranks follow Megatron's order over the cluster file's nodes (TP fastest, then DP,
-then PP). Prints iteration time, throughput, MFU, cost and per-stage time and memory.
+then PP). Prints iteration time, throughput, MFU, cost and per-stage time and memory. Exit status 3
+when the plan does not fit its GPUs (the numbers are printed), 2 for a bad input.
 """
 
 from __future__ import annotations
@@ -14,9 +15,10 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from planner.cli.main import app
+from planner.cli.main import EXIT_INFEASIBLE, app
 from planner.cli.options import FrameworkOption, ProfilesOption, load_profiles
 from planner.cli.output import console, print_json
+from planner.cli.plan_file import load_checked
 from planner.errors import HetplanError
 
 __all__ = ["estimate"]
@@ -103,7 +105,6 @@ def estimate(
     """Predict iteration time, throughput, MFU, $ and per-stage memory of a given plan."""
     from planner.costing import estimate as run_estimate
     from planner.costing.framework import framework_named
-    from planner.schema import Plan
 
     if recompute not in ("none", "selective", "full"):
         raise HetplanError(f"--recompute {recompute!r}: use none, selective or full")
@@ -111,7 +112,7 @@ def estimate(
         raise HetplanError(f"--schedule {schedule!r}: use 1f1b, gpipe or interleaved")
     profiles = load_profiles(profiles_files, shipped=not no_profiles)
     if model_or_plan.endswith(".json") and cluster is None:
-        plan = Plan.load(model_or_plan)
+        plan = load_checked(model_or_plan).plan
         est = run_estimate(None, None, plan, profiles=profiles,
                            framework=framework_named(framework, plan.predicted))
         title = f"{plan.model.get('name', 'model')} on {plan.cluster.get('name', 'cluster')}"
@@ -128,7 +129,13 @@ def estimate(
         title = f"{model.name} on {cl.name}"
     if json_out:
         print_json(est.to_dict())
-        return
+    else:
+        _print(est, title)
+    if not est.feasible:
+        raise typer.Exit(EXIT_INFEASIBLE)
+
+
+def _print(est: Any, title: str) -> None:
     console.print(_table(est, title))
     price = ("" if est.usd_per_hour is None else
              f", ${est.usd_per_hour:.2f}/h, ${est.usd_per_million_tokens:.3f} per 1M tokens")

@@ -10,6 +10,7 @@ from rich.table import Table
 
 from planner.cli.main import app
 from planner.cli.output import console, print_json
+from planner.cli.plan_file import load_checked, refuse_infeasible
 
 __all__ = ["launch"]
 
@@ -19,14 +20,21 @@ def launch(
     plan_file: Annotated[Path, typer.Argument(help="A plan JSON (from `hetplan plan -o`).")],
     out_dir: Annotated[Path, typer.Option("--out-dir", help="Where the scripts go.")] = Path(
         "launch"),
+    cluster: Annotated[str | None, typer.Option(
+        "--cluster", help="The cluster to run on (name or YAML); the plan is checked against "
+        "it (default: the cluster the plan embeds).")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
     """Write one torchrun script per node (and ranks.tsv) for a plan."""
     from planner.costing.framework import framework_of
     from planner.runtime.launch import write_scripts
-    from planner.schema import Plan
 
-    plan = Plan.load(plan_file)
+    checked = load_checked(plan_file, cluster)
+    refuse_infeasible(checked, "launch")
+    plan = checked.plan
+    if cluster is not None:
+        # The scripts' plan.json describes the cluster it runs on.
+        plan = plan.model_copy(update={"cluster": checked.cluster.spec})
     priced = framework_of(plan.predicted)
     if priced != "hetplan":
         # stderr, one line: the scripts still work, but the predictions describe another runtime.

@@ -2,7 +2,8 @@
 
 Costs the plan with `planner.estimate` (the plan file embeds its model and cluster), simulates
 each pipeline's schedule with its events, prints per stage what it does and how idle it is, and
-draws the Gantt chart.
+draws the Gantt chart. Exit status 3 when the plan does not fit its GPUs (the schedule is
+still shown, with the numbers), 2 for a bad plan file.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import typer
 from rich import box
 from rich.table import Table
 
-from planner.cli.main import app
+from planner.cli.main import EXIT_INFEASIBLE, app
 from planner.cli.options import ProfilesOption, load_profiles
 from planner.cli.output import console, print_json, wide_console
 
@@ -25,12 +26,12 @@ def simulate_plan(plan_path: str | Path,
                   profiles: Any = None) -> tuple[Any, Any, tuple[Any, ...]]:
     """(plan, estimate, timelines with events) for a plan file; `profiles`: a ProfileSet
     (None: the shipped profiles)."""
+    from planner.cli.plan_file import load_checked
     from planner.costing import estimate
     from planner.costing.framework import framework_named
-    from planner.schema import Plan
     from planner.simulate import with_events
 
-    plan = Plan.load(plan_path)
+    plan = load_checked(plan_path).plan
     # The model and cluster the plan embeds, priced for the runtime it was planned for.
     est = estimate(None, None, plan, framework=framework_named(None, plan.predicted),
                    profiles=profiles)
@@ -64,11 +65,17 @@ def simulate(
             "stages": labels,
             "pipelines": [timeline_to_dict(t) for t in timelines],
             "pictures": [str(p) for p in written],
+            "feasible": est.feasible,
+            "problems": list(est.problems),
         })
-        return
-    wide_console(110).print(_table(plan, est, timelines, title))
-    for path in written:
-        console.print(f"wrote {path}")
+    else:
+        wide_console(110).print(_table(plan, est, timelines, title))
+        for path in written:
+            console.print(f"wrote {path}")
+        for problem in est.problems:
+            console.print(f"[red]infeasible:[/red] {problem}")
+    if not est.feasible:
+        raise typer.Exit(EXIT_INFEASIBLE)
 
 
 def _table(plan: Any, est: Any, timelines: tuple[Any, ...], title: str) -> Table:

@@ -1,6 +1,8 @@
 """The `hetplan` command: one typer app; each command lives in its own module.
 
-User mistakes (HetplanError) become one `error:` line and exit code 2, no traceback.
+User mistakes (HetplanError) become one `error:` line and exit code 2, no traceback; a
+request that cannot fit the cluster (InfeasibleError) exits 3, as `estimate` and `simulate`
+do for an infeasible plan (README: exit status).
 """
 
 from __future__ import annotations
@@ -9,7 +11,10 @@ import sys
 
 import typer
 
-from planner.errors import HetplanError
+from planner.errors import HetplanError, InfeasibleError
+
+EXIT_BAD_INPUT = 2
+EXIT_INFEASIBLE = 3
 
 app = typer.Typer(
     name="hetplan",
@@ -45,7 +50,7 @@ def main() -> None:
         app()
     except HetplanError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        sys.exit(2)
+        sys.exit(EXIT_INFEASIBLE if isinstance(exc, InfeasibleError) else EXIT_BAD_INPUT)
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ from planner.cluster.model import Cluster, Node
 from planner.costing.framework import DEFAULT_FRAMEWORK, Framework
 from planner.costing.grad_sync import grad_sync_s
 from planner.costing.links import p2p_time_s
+from planner.costing.plan_check import check_against
 from planner.costing.resolve import resolve_cluster, resolve_model
 from planner.costing.result import Estimate, StageEstimate
 from planner.costing.stage_cost import StageCost, stage_cost, stage_peak_memory_gib
@@ -62,20 +63,8 @@ def estimate(model: Any, cluster: Cluster | None, plan: Plan, *,
     graph, spec_precision = resolve_model(model, plan)
     precision = precision or spec_precision
     cluster = resolve_cluster(cluster, plan)
-    if plan.num_layers != len(graph.layers):
-        raise SpecError("plan", "pipelines", f"stages cover {plan.num_layers} layers but model "
-                        f"{graph.name} has {len(graph.layers)} (embedding + blocks + head)")
-    nodes = {n.name: n for n in cluster.nodes}
-    rank_node: dict[int, Node] = {}
-    for r in plan.ranks:
-        node = nodes.get(r.node)
-        if node is None:
-            raise SpecError("plan", "ranks", f"rank {r.rank} is on node {r.node!r}, which cluster "
-                            f"{cluster.name} lacks (nodes: {', '.join(list(nodes)[:6])}...)")
-        if r.local_rank >= node.group.gpus_per_node:
-            raise SpecError("plan", "ranks", f"rank {r.rank}: local_rank {r.local_rank} but node "
-                            f"{r.node} has {node.group.gpus_per_node} GPUs")
-        rank_node[r.rank] = node
+    # The one plan validator (model- and cluster-dependent rules); raises one SpecError line.
+    rank_node = check_against(plan, graph, cluster)
     used_gpus: dict[str, int] = {}
     for node in rank_node.values():
         used_gpus[node.name] = used_gpus.get(node.name, 0) + 1
@@ -90,12 +79,9 @@ def estimate(model: Any, cluster: Cluster | None, plan: Plan, *,
         s_count = len(pipe.stages) // v
         costs: list[StageCost] = []
         chunk_nodes: list[Node] = []
-        for j, st in enumerate(pipe.stages):
+        for st in pipe.stages:
             node = rank_node[st.ranks[0]]
             gpu = node.group.gpu
-            if st.gpu != gpu.name:
-                raise SpecError("plan", f"pipelines.{p}.stages.{j}.gpu", f"says {st.gpu} but its "
-                                f"ranks are on node {node.name} with {gpu.name}")
             costs.append(stage_cost(
                 graph, st.layers[0], st.layers[1], gpu, st.tp, mb, st.recompute,
                 precision=precision, sequence_parallel=plan.sequence_parallel,

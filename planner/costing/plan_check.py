@@ -1,0 +1,141 @@
+"""One validator for a plan against its model and cluster, run before anything is priced,
+simulated, dry-run, launched or written.
+
+`planner.schema` checks what a plan says about itself (layers covered in order, every rank
+once, TP groups inside one node, micro-batches adding up). This module checks what needs the
+model and the cluster: the layer count, that every rank's node exists and has the GPUs the
+plan puts on it, that each stage names a known GPU and the one its node has, and that each
+TP degree splits every layer of its stage evenly (heads, KV heads, FFN width). A TP group
+need not divide its node (TP 2 and TP 1 side by side on a 3-GPU node run fine).
+`estimate` calls `check_against` first, so the search's outputs, `estimate`, `simulate`,
+`dryrun` and `launch` all pass through the same rules; each failure is one SpecError line
+naming the stage or field and how to fix it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from cost_models.catalog import get_gpu
+from planner.cluster.model import Cluster, Node
+from planner.costing.resolve import resolve_cluster, resolve_model
+from planner.errors import SpecError
+from planner.graph.layers import Layer, LayerGraph
+from planner.schema import Plan
+
+__all__ = ["CheckedPlan", "check_against", "check_plan"]
+
+
+@dataclass(frozen=True, slots=True)
+class CheckedPlan:
+    """A plan that passed every check, with what the checks resolved."""
+
+    plan: Plan
+    graph: LayerGraph
+    precision: str
+    cluster: Cluster
+    rank_node: dict[int, Node]
+
+
+def check_plan(plan: Plan, model: Any = None, cluster: Any = None, *,
+               where: str = "plan") -> CheckedPlan:
+    """Resolve the plan's model and cluster (the ones given, else those it embeds) and check
+    the plan against them; `where` names the plan in messages (its file)."""
+    if model is None and isinstance(plan.model, dict):
+        model = _model_of(plan.model, f"{where}: model")
+    if cluster is None and isinstance(plan.cluster, dict):
+        from planner.cluster import cluster_from_dict
+
+        cluster = cluster_from_dict(plan.cluster, f"{where}: cluster")
+    graph, precision = resolve_model(model, plan)
+    cl = resolve_cluster(cluster, plan)
+    rank_node = check_against(plan, graph, cl, where=where)
+    return CheckedPlan(plan, graph, precision, cl, rank_node)
+
+
+def _model_of(spec: dict[str, Any], where: str) -> Any:
+    from planner.graph import ModelSpec, load_model  # imports torch: load lazily
+
+    return load_model(ModelSpec.from_dict(spec, where=where))
+
+
+def check_against(plan: Plan, graph: LayerGraph, cluster: Cluster, *,
+                  where: str = "plan") -> dict[int, Node]:
+    """Every model- and cluster-dependent rule; returns rank → the node it runs on."""
+    n = len(graph.layers)
+    if plan.num_layers != n:
+        raise SpecError(where, "pipelines", f"stages cover layers [0, {plan.num_layers}) but "
+                        f"model {graph.name} has {n} (embedding + {n - 2} blocks + head); "
+                        f"end every pipeline's last stage at layer {n}")
+    rank_node = _rank_nodes(plan, cluster, where)
+    for p, pipe in enumerate(plan.pipelines):
+        for s, st in enumerate(pipe.stages):
+            _check_stage(st, rank_node[st.ranks[0]], graph, f"pipelines.{p}.stages.{s}", where)
+    return rank_node
+
+
+def _rank_nodes(plan: Plan, cluster: Cluster, where: str) -> dict[int, Node]:
+    nodes = {node.name: node for node in cluster.nodes}
+    per_node: dict[str, int] = {}
+    for i, r in enumerate(plan.ranks):
+        node = nodes.get(r.node)
+        if node is None:
+            names = list(nodes)
+            shown = ", ".join(names[:8]) + (", ..." if len(names) > 8 else "")
+            raise SpecError(where, f"ranks.{i}.node", f"rank {r.rank} is on node {r.node!r}, "
+                            f"which cluster {cluster.name} lacks; use one of its nodes "
+                            f"({shown}) or give the cluster that has it")
+        per_node[r.node] = per_node.get(r.node, 0) + 1
+    for name, count in per_node.items():
+        gpus = nodes[name].group.gpus_per_node
+        if count > gpus:
+            raise SpecError(where, "ranks", f"node {name} has {count} ranks but {gpus} GPUs; "
+                            "move ranks to another node or use fewer")
+    for i, r in enumerate(plan.ranks):
+        gpus = nodes[r.node].group.gpus_per_node
+        if r.local_rank >= gpus:
+            raise SpecError(where, f"ranks.{i}.local_rank", f"rank {r.rank}: local_rank "
+                            f"{r.local_rank} but node {r.node} has {gpus} GPUs (local ranks "
+                            f"0..{gpus - 1})")
+    return {r.rank: nodes[r.node] for r in plan.ranks}
+
+
+def _check_stage(st: Any, node: Node, graph: LayerGraph, field: str, where: str) -> None:
+    if st.gpu != node.group.gpu.name:
+        _check_gpu_name(st.gpu, node, field, where)
+    tp = st.tp
+    start, end = st.layers
+    for layer in graph.layers[start:end]:
+        if not layer.allows_tp(tp):
+            raise SpecError(where, f"{field}.tp", f"TP {tp} does not split layer {layer.name} "
+                            f"evenly ({_what(layer)}); use one of {_list(_fitting(layer))}")
+
+
+def _check_gpu_name(name: str, node: Node, field: str, where: str) -> None:
+    """A stage's GPU may be written as a catalog alias of its node's GPU; anything else (an
+    unknown name, another GPU) is an error."""
+    have = node.group.gpu.name
+    try:
+        named = get_gpu(name)
+    except LookupError as exc:
+        raise SpecError(where, f"{field}.gpu", f"{exc}; its node {node.name} has {have}") from None
+    if named.name != have:
+        raise SpecError(where, f"{field}.gpu", f"says {name} but its ranks are on node "
+                        f"{node.name}, which has {have}; write {have} or move the stage to a "
+                        "node with that GPU")
+
+
+def _what(layer: Layer) -> str:
+    if layer.tp_dims:
+        return "heads, KV heads, FFN width " + " / ".join(str(d) for d in layer.tp_dims)
+    return f"its largest TP degree is {layer.max_tp}"
+
+
+def _fitting(layer: Layer) -> list[int]:
+    return [d for d in range(1, layer.max_tp + 1)
+            if layer.max_tp % d == 0 and layer.allows_tp(d)][:12]
+
+
+def _list(values: list[int]) -> str:
+    return ", ".join(str(v) for v in values)
