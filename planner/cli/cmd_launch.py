@@ -1,4 +1,8 @@
-"""`hetplan launch PLAN.json [--out-dir DIR]`: one torchrun script per node, plus the rank map."""
+"""`hetplan launch PLAN.json [--out-dir DIR]`: one torchrun script per node, plus the rank map.
+
+The plan is checked against its model and cluster (or `--cluster`) and refused when it does
+not fit (exit 3); the folder is written all or nothing (`planner.runtime.outdir`).
+"""
 
 from __future__ import annotations
 
@@ -23,11 +27,26 @@ def launch(
     cluster: Annotated[str | None, typer.Option(
         "--cluster", help="The cluster to run on (name or YAML); the plan is checked against "
         "it (default: the cluster the plan embeds).")] = None,
+    rdzv: Annotated[str, typer.Option(
+        "--rdzv", help="torchrun rendezvous: static (--node-rank per script) | c10d (elastic; "
+        "allows --max-restarts).")] = "static",
+    max_restarts: Annotated[int, typer.Option(
+        "--max-restarts", min=0, help="Restart every worker up to N times after a failure "
+        "(c10d; training starts again at step 0).")] = 0,
+    hostfile: Annotated[Path | None, typer.Option(
+        "--hostfile", help="`plan-node host` per line: the machine of each plan node, for "
+        "run_ssh.sh and the Slurm script (default: node names are host names).")] = None,
+    port: Annotated[int, typer.Option("--port", min=1, max=65535,
+                                      help="Rendezvous port.")] = 29500,
     json_out: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
-    """Write one torchrun script per node (and ranks.tsv) for a plan."""
+    """Write one torchrun script per node, ranks.tsv, run_ssh.sh and a Slurm script."""
     from planner.costing.framework import framework_of
-    from planner.runtime.launch import write_scripts
+    from planner.errors import HetplanError
+    from planner.runtime.launch import LaunchOptions, read_hostfile, write_scripts
+
+    if rdzv not in ("static", "c10d"):
+        raise HetplanError(f"--rdzv {rdzv!r}: use static or c10d")
 
     checked = load_checked(plan_file, cluster)
     refuse_infeasible(checked, "launch")
@@ -41,7 +60,10 @@ def launch(
         typer.echo(f"warning: {plan_file} was priced for {priced}; these scripts run hetplan's "
                    "runtime, so expect `hetplan estimate --framework hetplan`'s figures",
                    err=True)
-    scripts = write_scripts(plan, out_dir)
+    hosts = read_hostfile(hostfile, plan) if hostfile is not None else ()
+    opts = LaunchOptions(rdzv=rdzv, max_restarts=max_restarts, hosts=hosts,  # type: ignore[arg-type]
+                         port=port)
+    scripts = write_scripts(plan, out_dir, opts)
     if json_out:
         print_json({"out_dir": str(out_dir), "world_size": len(plan.ranks), "nodes": [
             {"node": s.node, "node_rank": s.node_rank, "nproc_per_node": s.nproc,
@@ -56,7 +78,8 @@ def launch(
                       s.filename)
     console.print(table)
     console.print(f"copy {out_dir}/ to every node, then on each: ./<node>.sh MASTER_ADDR "
-                  "[MASTER_PORT] [STEPS]  (MASTER_ADDR: node rank 0's address)")
+                  "[MASTER_PORT] [STEPS]  (MASTER_ADDR: node rank 0's address); or "
+                  f"{out_dir}/run_ssh.sh, or `cd {out_dir} && sbatch hetplan.sbatch`")
 
 
 def _ranges(ranks: tuple[int, ...]) -> str:

@@ -71,7 +71,8 @@ def setup_rank(plan: Plan) -> tuple[int, dict[int, int], torch.device]:
     if dist.get_world_size() != world:
         raise HetplanError(f"the plan has {world} ranks but the process group has "
                            f"{dist.get_world_size()}")
-    to_torch = torch_rank_map(plan)
+    elastic = os.environ.get("HETPLAN_RDZV") == "c10d"
+    to_torch = _gathered_rank_map(plan) if elastic else torch_rank_map(plan)
     plan_rank = {t: p for p, t in to_torch.items()}[dist.get_rank()]
     info = next(r for r in plan.ranks if r.rank == plan_rank)
     local = os.environ.get("LOCAL_RANK")
@@ -91,6 +92,31 @@ def setup_rank(plan: Plan) -> tuple[int, dict[int, int], torch.device]:
         torch.cuda.set_device(info.local_rank)
         return plan_rank, to_torch, torch.device("cuda", info.local_rank)
     return plan_rank, to_torch, torch.device("cpu")
+
+
+def _gathered_rank_map(plan: Plan) -> dict[int, int]:
+    """plan rank → torch rank under an elastic (c10d) rendezvous, which numbers nodes as they
+    join: each worker names its plan rank from its node and LOCAL_RANK, and all gather."""
+    node, local = os.environ.get("HETPLAN_NODE"), os.environ.get("LOCAL_RANK")
+    if node is None or local is None:
+        raise HetplanError("HETPLAN_RDZV=c10d needs HETPLAN_NODE and LOCAL_RANK (set by the "
+                           "scripts of `hetplan launch --rdzv c10d`)")
+    mine = [r.rank for r in plan.ranks if r.node == node and r.local_rank == int(local)]
+    if dist.get_backend() == "nccl":
+        torch.cuda.set_device(int(local))  # all_gather_object moves its bytes through CUDA
+    # Gather before judging, so every worker stops with the same message (none waits).
+    everyone: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(everyone, (node, int(local), mine[0] if mine else -1))
+    lost = [f"{n}:{lr}" for n, lr, p in everyone if p < 0]
+    if lost:
+        raise HetplanError(f"workers {', '.join(lost[:4])} (node:local rank) serve no plan "
+                           "rank; run each node's own script of `hetplan launch`")
+    claimed = [p for _, _, p in everyone]
+    if sorted(claimed) != sorted(r.rank for r in plan.ranks):
+        raise HetplanError(f"the workers claim plan ranks {claimed}; start every node's script "
+                           "exactly once")
+    return {p: t for t, p in enumerate(claimed)}
+    return {p: t for t, p in enumerate(everyone)}
 
 
 def _batches(plan: Plan, data_loader: Any, seed: int) -> Callable[[int], Batch]:

@@ -1,0 +1,178 @@
+"""`hetplan launch`: all-or-nothing folders, c10d rendezvous with restarts, hostfile, ssh and
+Slurm scripts (run with a stub torchrun), and one real two-node c10d run on this CPU."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.cli import run_cli as _run
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _two_node_plan(tmp_path: Path) -> Path:
+    """tiny on two 1-GPU T4 boxes; plan rank 0 on node `b`, rank 1 on node `a`."""
+    from planner.graph.load_spec import load_model_spec
+
+    data = {
+        "schema": "hetplan.plan/v1",
+        "model": load_model_spec("tiny").model_dump(mode="json"),
+        "cluster": {"name": "two-boxes", "nodes": [
+            {"name": n, "count": 1, "gpu": "T4", "gpus_per_node": 1, "intra_node": "pcie",
+             "inter_node_gbps": 50} for n in ("a", "b")]},
+        "global_batch_size": 2, "micro_batch_size": 1, "schedule": "1f1b",
+        "pipelines": [{"microbatches": 2, "stages": [
+            {"layers": [0, 3], "gpu": "T4", "tp": 1, "ranks": [0]},
+            {"layers": [3, 6], "gpu": "T4", "tp": 1, "ranks": [1]}]}],
+        "ranks": [{"rank": 0, "node": "b", "local_rank": 0},
+                  {"rank": 1, "node": "a", "local_rank": 0}],
+    }
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+def test_out_dir_is_replaced_whole_and_foreign_folders_are_refused(tmp_path: Path,
+                                                                   capsys) -> None:
+    plan = _two_node_plan(tmp_path)
+    out = tmp_path / "deep" / "launch"
+    code, _, err = _run(["launch", str(plan), "--out-dir", str(out)], capsys)
+    assert code == 0, err
+    assert {"a.sh", "b.sh", "plan.json", "ranks.tsv", "hosts.tsv", "run_ssh.sh",
+            "hetplan.sbatch", "slurm_node.sh", ".hetplan-launch"} == {
+                p.name for p in out.iterdir()}
+    # A script of an older plan in the folder is gone after the next launch.
+    (out / "old-node.sh").write_text("#!/bin/sh\n")
+    code, _, err = _run(["launch", str(plan), "--out-dir", str(out)], capsys)
+    assert code == 0, err
+    assert not (out / "old-node.sh").exists()
+    assert [p.name for p in out.parent.iterdir()] == ["launch"]  # no temporary folders left
+    # Someone else's folder, a file, a path under a file: one line each, nothing touched.
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("keep me")
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    for target, words in ((mine, "hetplan did not write"), (afile, "is a file"),
+                          (afile / "sub", "is a file")):
+        code, _, err = _run(["launch", str(plan), "--out-dir", str(target)], capsys)
+        assert code == 2 and err.count("\n") == 1 and words in err, err
+    assert (mine / "notes.txt").read_text() == "keep me" and [*mine.iterdir()] == [
+        mine / "notes.txt"]
+    # A read-only parent: one line, nothing written.
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o555)
+    try:
+        if os.access(ro, os.W_OK):
+            pytest.skip("running as root: permissions are not enforced")
+        code, _, err = _run(["launch", str(plan), "--out-dir", str(ro / "l")], capsys)
+        assert code == 2 and "cannot write" in err and "nothing was written" in err
+        assert not any(ro.iterdir())
+    finally:
+        ro.chmod(0o755)
+
+
+def test_options_and_hostfile_errors_are_one_line(tmp_path: Path, capsys) -> None:
+    plan = _two_node_plan(tmp_path)
+    out = tmp_path / "l"
+    hostfile = tmp_path / "hosts"
+    cases = [
+        (["--max-restarts", "2"], "--max-restarts needs --rdzv c10d"),
+        (["--rdzv", "etcd"], "--rdzv 'etcd'"),
+        (["--hostfile", str(tmp_path / "none")], "cannot read"),
+    ]
+    for text, words in (("a h1\nb\n", ":2: expected `plan-node host`"),
+                        ("a h1\nz h2\n", "'z' is not a node of the plan"),
+                        ("a h1\nb h1\n", "host h1 already serves another node"),
+                        ("a h1\n", "no host for plan node(s) b"),
+                        ("a h1\na h2\n", "node a is listed twice")):
+        cases.append((["--hostfile", str(hostfile)], words))
+        hostfile.write_text(text)
+        code, _, err = _run(["launch", str(plan), "--out-dir", str(out), *cases[-1][0]], capsys)
+        assert code == 2 and err.count("\n") == 1 and words in err, err
+    for argv, words in cases[:3]:
+        code, _, err = _run(["launch", str(plan), "--out-dir", str(out), *argv], capsys)
+        assert code == 2 and err.count("\n") == 1 and words in err, err
+    assert not out.exists()
+
+
+def _stub_torchrun(bin_dir: Path) -> None:
+    bin_dir.mkdir()
+    stub = bin_dir / "torchrun"
+    stub.write_text('#!/usr/bin/env bash\necho "node=$HETPLAN_NODE rdzv=${HETPLAN_RDZV:-} '
+                    'args=$*"\n')
+    stub.chmod(0o755)
+
+
+def test_slurm_and_ssh_scripts_start_the_right_node(tmp_path: Path, capsys) -> None:
+    plan = _two_node_plan(tmp_path)
+    out = tmp_path / "l"
+    hostfile = tmp_path / "hosts"
+    hostfile.write_text("# plan node, host\nb gpu-b01\na gpu-a07  # the other one\n")
+    code, _, err = _run(["launch", str(plan), "--out-dir", str(out), "--rdzv", "c10d",
+                         "--max-restarts", "3", "--hostfile", str(hostfile), "--port", "29611"],
+                        capsys)
+    assert code == 0, err
+    for name in ("a.sh", "b.sh", "run_ssh.sh", "slurm_node.sh", "hetplan.sbatch"):
+        assert subprocess.run(["bash", "-n", str(out / name)]).returncode == 0, name
+    sbatch = (out / "hetplan.sbatch").read_text()
+    assert "#SBATCH --nodes=2" in sbatch and "#SBATCH --nodelist=gpu-b01,gpu-a07" in sbatch
+    assert (out / "hosts.tsv").read_text() == "node\thost\nb\tgpu-b01\na\tgpu-a07\n"
+    ssh = (out / "run_ssh.sh").read_text()
+    assert "ssh gpu-b01 \"cd $DIR && ./b.sh gpu-b01 $MASTER_PORT $STEPS\" &" in ssh
+    assert "ssh gpu-a07 \"cd $DIR && ./a.sh gpu-b01 $MASTER_PORT $STEPS\" &" in ssh
+    # What srun runs on host gpu-a07: node a's script, c10d, rendezvous at node rank 0's host.
+    _stub_torchrun(tmp_path / "bin")
+    env = {**os.environ, "PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}",
+           "SLURMD_NODENAME": "gpu-a07", "HETPLAN_JOB_ID": "job42"}
+    run = subprocess.run([str(out / "slurm_node.sh"), "gpu-b01", "29611", "5"], env=env,
+                         capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.startswith("node=a rdzv=c10d args=--nnodes 2 --nproc-per-node 1 "
+                                 "--rdzv-backend c10d --rdzv-endpoint gpu-b01:29611 "
+                                 "--rdzv-id job42 --max-restarts 3 -m planner.runtime ")
+    assert run.stdout.rstrip().endswith("plan.json --steps 5")
+    env["SLURMD_NODENAME"] = "elsewhere"
+    run = subprocess.run([str(out / "slurm_node.sh"), "gpu-b01"], env=env, capture_output=True,
+                         text=True)
+    assert run.returncode == 2 and "host elsewhere serves no node" in run.stderr
+    # Without a hostfile the node scripts ask for MASTER_ADDR; with one they default to it.
+    assert 'MASTER_ADDR="${1:-gpu-b01}"' in (out / "a.sh").read_text()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_c10d_scripts_train_on_two_local_nodes(tmp_path: Path, capsys) -> None:
+    # Both node scripts side by side on this machine (gloo): c10d numbers the nodes as they
+    # join, the runtime maps torch ranks to plan ranks from HETPLAN_NODE and LOCAL_RANK.
+    plan = _two_node_plan(tmp_path)
+    out = tmp_path / "l"
+    code, _, err = _run(["launch", str(plan), "--out-dir", str(out), "--rdzv", "c10d"], capsys)
+    assert code == 0, err
+    bindir = Path(sys.executable).parent
+    env = {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}", "PYTHONPATH": str(ROOT),
+           "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo", "HETPLAN_JOB_ID": "t"}
+    port = str(_free_port())
+    procs = [subprocess.Popen([str(out / f"{n}.sh"), "127.0.0.1", port, "2"], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for n in ("a", "b")]
+    try:
+        outs = [p.communicate(timeout=240)[0] for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    assert [p.returncode for p in procs] == [0, 0], outs
+    assert "done: 2 steps" in "".join(outs)
