@@ -4,7 +4,9 @@ One process per rank on this machine, the plan's depth at a tiny width; every st
 every gradient are compared with a single-process run of the same model on the same batch.
 The plan is checked against its model and cluster first (the one plan validator) and one
 that does not fit its GPUs is refused (exit 3, with the numbers) unless --allow-infeasible.
-Exit code 1 when they disagree (beyond 1e-5), 2 for a bad plan file.
+Exit code 1 when they disagree (beyond 1e-5) or a worker fails (one line naming the rank:
+an exception, a kill such as the out-of-memory killer's, or no progress for --timeout-s),
+2 for a bad plan file, 3 for a plan that does not fit.
 """
 
 from __future__ import annotations
@@ -29,6 +31,12 @@ def dryrun(
     max_ranks: Annotated[int, typer.Option(
         "--max-ranks", min=1, help="Most worker processes to start (larger plans shrink DP).")
     ] = 16,
+    timeout_s: Annotated[float, typer.Option(
+        "--timeout-s", min=1, help="Stop when no worker makes progress for this long "
+        "(a stalled or deadlocked plan).")] = 120.0,
+    memory_gib: Annotated[float | None, typer.Option(
+        "--memory-gib", min=0.1, help="Host memory the workers may use (default: what is "
+        "available now); a run estimated above it is refused.")] = None,
     allow_infeasible: Annotated[bool, typer.Option(
         "--allow-infeasible", help="Run a plan that does not fit its GPUs' memory anyway "
         "(dryrun runs it at a tiny width).")] = False,
@@ -37,19 +45,26 @@ def dryrun(
     """Run a plan on this CPU (gloo, tiny width) and check it against a one-process reference."""
     from planner.runtime.dry_run import TOLERANCE
     from planner.runtime.dry_run import dryrun as run_dryrun
+    from planner.runtime.local import WorkerError
 
     checked = load_checked(plan_file)
     if not allow_infeasible:
         refuse_infeasible(checked, "dryrun")
-    res = run_dryrun(checked.plan, steps=steps, max_ranks=max_ranks)
+    try:
+        res = run_dryrun(checked.plan, steps=steps, max_ranks=max_ranks, timeout_s=timeout_s,
+                         memory_gib=memory_gib)
+    except WorkerError as exc:
+        typer.echo(f"error: dryrun failed: {exc}", err=True)
+        raise typer.Exit(1) from None
     if json_out:
         print_json(res.to_dict())
     else:
         for note in res.notes:
             console.print(f"note: {note}")
         m = res.model
+        heads = f" ({m['num_attention_heads']} heads)" if "num_attention_heads" in m else ""
         console.print(f"{res.ranks} processes, model {m['num_layers']} layers × hidden "
-                      f"{m['hidden_size']} ({m['num_attention_heads']} heads), vocab "
+                      f"{m['hidden_size']}{heads}, vocab "
                       f"{m['vocab_size']}, seq {m['seq_len']}; {res.params_checked} parameters' "
                       f"gradients compared each step")
         table = Table(title=f"dryrun of {plan_file}")

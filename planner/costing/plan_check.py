@@ -55,6 +55,10 @@ def check_plan(plan: Plan, model: Any = None, cluster: Any = None, *,
 
 
 def _model_of(spec: dict[str, Any], where: str) -> Any:
+    from planner.graph.embedded import graph_of, is_module_model
+
+    if is_module_model(spec):
+        return graph_of(spec, where)[0]  # precision: resolve_model reads the plan's
     from planner.graph import ModelSpec, load_model  # imports torch: load lazily
 
     return load_model(ModelSpec.from_dict(spec, where=where))

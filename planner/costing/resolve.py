@@ -35,6 +35,10 @@ def resolve_model(model: Any, plan: Plan | None = None) -> tuple[LayerGraph, str
         spec = model if model is not None else (plan.model if plan is not None else None)
         if spec is None:
             raise SpecError("plan", "model", "no model given and the plan embeds none")
+        from planner.graph.embedded import graph_of, is_module_model
+
+        if is_module_model(spec):
+            return graph_of(spec)  # a user's module: its measured layer table
         from planner.graph import ModelSpec, load_model  # imports torch: load lazily
 
         source = load_model(ModelSpec.from_dict(spec, where="plan: model"))

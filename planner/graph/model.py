@@ -9,6 +9,7 @@ from typing import Any, get_args
 from torch import nn
 
 from planner.errors import HetplanError
+from planner.graph.embedded import load_factory, module_model
 from planner.graph.extract import extract, torch_dtype
 from planner.graph.layers import Layer, LayerGraph
 from planner.graph.load_spec import load_model_spec
@@ -28,6 +29,15 @@ class Model:
     graph: LayerGraph
     precision: str
     """Training precision: bf16 | fp16 | fp32."""
+    factory: str | None = None
+    """A user's module: the `package.module:function` that rebuilds it (dryrun, launch)."""
+
+    def plan_model(self) -> dict[str, Any]:
+        """What a plan embeds: the spec, or for a user's module its measured layer table and
+        factory (`planner.graph.embedded`)."""
+        if self.spec is not None:
+            return self.spec.to_dict()
+        return module_model(self.graph, self.precision, self.factory)
 
     @property
     def layers(self) -> tuple[Layer, ...]:
@@ -52,13 +62,18 @@ def load_model(path_or_name_or_spec: str | Path | ModelSpec | Model) -> Model:
 
 
 def from_module(module: nn.Module, example_input: Any, *, name: str | None = None,
-                precision: str | None = None) -> Model:
+                precision: str | None = None, factory: str | None = None) -> Model:
     """A Model measured from a user's module whose blocks sit in an nn.ModuleList.
 
     `example_input` is one batch (a tensor, or a tuple of positional arguments) of shape
     (batch, seq_len, ...). The module is measured in its own dtype, which gives the
     precision; passing a different `precision` is an error (build it in that dtype).
+    `factory` ("package.module:function", returning the same module with the same weights
+    on every call) goes into plans so `hetplan dryrun` and `launch` can build the module;
+    without it a plan can be saved, estimated and simulated but not run.
     """
+    if factory is not None:
+        load_factory({"factory": factory}, where="from_module")
     dtype = next(module.parameters()).dtype if any(True for _ in module.parameters()) else None
     own = _PRECISION_OF.get(dtype)
     if own is None:
@@ -69,4 +84,4 @@ def from_module(module: nn.Module, example_input: Any, *, name: str | None = Non
                            f"{precision!r}; build the module in that precision or pass "
                            f"precision={own!r}")
     graph = graph_from_module(module, example_input, name=name or type(module).__name__)
-    return Model(spec=None, graph=graph, precision=own)
+    return Model(spec=None, graph=graph, precision=own, factory=factory)

@@ -13,13 +13,14 @@ from typing import Any
 import torch
 
 from planner.errors import SpecError
+from planner.graph.embedded import graph_of, is_module_model
 from planner.graph.spec import ModelSpec
 from planner.models import build_element, build_model
 from planner.runtime.stage import ParamLayout, param_keys
 from planner.runtime.topology import rank_view
 from planner.schema import Plan
 
-__all__ = ["build_for_rank", "spec_of"]
+__all__ = ["build_for_rank", "spec_of", "tokens_of"]
 
 
 def spec_of(plan: Plan) -> ModelSpec:
@@ -27,6 +28,19 @@ def spec_of(plan: Plan) -> ModelSpec:
         raise SpecError("plan", "model", "the plan carries no model spec; embed one (plan files "
                         "always do) or pass a model factory")
     return ModelSpec.from_dict(plan.model, where="plan.model")
+
+
+def tokens_of(plan: Plan) -> tuple[int, int]:
+    """(seq_len, vocab_size) of the plan's model, for synthetic token batches."""
+    if is_module_model(plan.model):
+        graph, _ = graph_of(plan.model)
+        vocab = graph.layers[0].vocab_size
+        if vocab <= 0:
+            raise SpecError("plan", "model", "the module's embedding has no token table, so "
+                            "synthetic tokens cannot be drawn; pass data_loader=")
+        return graph.seq_len, vocab
+    spec = spec_of(plan)
+    return spec.seq_len, spec.vocab_size
 
 
 def build_for_rank(spec: ModelSpec, plan: Plan, rank: int, *, seed: int = 0,

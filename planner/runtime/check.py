@@ -19,7 +19,7 @@ from planner.runtime.data import synthetic_batch
 from planner.runtime.engine import Runner, make_optimizer
 from planner.runtime.grads import full_tensor
 from planner.runtime.local import init_world, run_local
-from planner.runtime.stage import chain_of, loss_of
+from planner.runtime.stage import chain_of, loss_of, parallel_loss_ok
 from planner.schema import Plan
 
 __all__ = ["CheckResult", "check_plans"]
@@ -41,14 +41,24 @@ class CheckResult:
 
 
 def _reference_step(model: Any, opt: torch.optim.Optimizer, inputs: torch.Tensor,
-                    labels: torch.Tensor) -> float:
+                    labels: torch.Tensor, chunk: int | None = None) -> float:
+    """Forward and backward of the whole batch, `chunk` rows at a time (gradients
+    accumulate; each chunk's token-mean loss weighted by its share of the rows, which sums
+    to the whole batch's token-mean), so the reference holds one chunk's activations."""
     opt.zero_grad(set_to_none=True)
-    x = inputs
-    for m in chain_of(model):
-        x = m(x)
-    loss = loss_of(model)(x, labels)
-    loss.backward()
-    return float(loss.detach())
+    loss_fn = loss_of(model)
+    rows = inputs.shape[0]
+    if chunk is None or chunk >= rows or not parallel_loss_ok(loss_fn):
+        chunk = rows  # a model's own loss need not be a mean over rows: one piece
+    total = 0.0
+    for start in range(0, rows, chunk):
+        x = inputs[start:start + chunk]
+        for m in chain_of(model):
+            x = m(x)
+        part = loss_fn(x, labels[start:start + chunk]) * (x.shape[0] / rows)
+        part.backward()
+        total += float(part.detach())
+    return total
 
 
 def _worker(rank: int, world: int, store_dir: str, plan_dict: dict, factory: ModelFactory,
@@ -76,7 +86,8 @@ def _worker(rank: int, world: int, store_dir: str, plan_dict: dict, factory: Mod
     for step in range(steps):
         inputs, labels = synthetic_batch(step, plan.global_batch_size, opts["seq_len"],
                                          opts["vocab_size"])
-        ref_losses.append(_reference_step(ref, ref_opt, inputs, labels))
+        ref_losses.append(_reference_step(ref, ref_opt, inputs, labels,
+                                          opts.get("reference_chunk")))
         if opts.get("max_grad_norm") is not None:
             torch.nn.utils.clip_grad_norm_(ref.parameters(), opts["max_grad_norm"])
         losses.append(runner.train_step(inputs, labels, before_update=compare))
@@ -91,13 +102,15 @@ def _worker(rank: int, world: int, store_dir: str, plan_dict: dict, factory: Mod
 
 
 def check_plans(jobs: list[tuple[Plan, ModelFactory, dict[str, Any]]], steps: int = 2,
-                start_method: str = "fork") -> list[CheckResult]:
+                start_method: str = "fork", timeout_s: float = 120.0) -> list[CheckResult]:
     """Run each (plan, model factory, options) job on local workers; options carry seq_len,
     vocab_size and optionally lr and optimizer (default AdamW, lr 1e-4: a large step lets
     Adam turn rounding-level gradient differences near zero into ±lr weight differences) and
     loss_scale (the fp16 loss-scaling path, exercised in fp32: a power-of-two scale is exact)
-    and max_grad_norm (global-norm clipping; the reference uses clip_grad_norm_).
+    and max_grad_norm (global-norm clipping; the reference uses clip_grad_norm_) and
+    reference_chunk (rows per reference forward/backward; default the whole batch).
 
+    `timeout_s`: stop (WorkerError) when no worker makes progress for that long.
     One launch per plan: re-initialising the default group inside one process and building a
     DTensor mesh again over the same ranks hung (torch 2.13, gloo), and forked workers start
     in milliseconds, so fresh processes cost little.
@@ -105,7 +118,7 @@ def check_plans(jobs: list[tuple[Plan, ModelFactory, dict[str, Any]]], steps: in
     results = []
     for plan, factory, opts in jobs:
         r0 = run_local(_worker, len(plan.ranks), plan.to_dict(), factory, opts, steps,
-                       start_method=start_method)[0]
+                       start_method=start_method, timeout_s=timeout_s)[0]
         results.append(CheckResult(
             max_grad_diff=r0["max_grad_diff"], loss=r0["loss"], reference_loss=r0["reference_loss"],
             max_loss_diff=max(abs(a - b) for a, b in zip(r0["loss"], r0["reference_loss"],

@@ -4,7 +4,8 @@ The model keeps the plan's depth (every layer range, stage, TP degree, schedule,
 count and recompute setting stays) at a tiny width: hidden, heads, vocabulary and sequence
 shrink to sizes every TP degree in the plan divides (head dim 8, at least 2 heads; the
 sequence too, for sequence parallelism).
-Micro-batches shrink to one sequence.
+Micro-batches shrink to one sequence. Its host memory is estimated before any worker
+starts (`dry_memory`); a run that would not fit is refused with the numbers.
 Plans with more than `max_ranks` ranks keep one pipeline of each distinct shape (DP shrinks)
 or, when one pipeline alone is too large, are refused.
 """
@@ -17,8 +18,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from planner.errors import HetplanError
+from planner.errors import HetplanError, InfeasibleError
+from planner.graph.embedded import graph_of, is_module_model, load_factory
+from planner.graph.layers import LayerGraph
 from planner.graph.spec import ModelSpec
+from planner.runtime.dry_memory import available_gib, dryrun_memory, fp32_graph
 from planner.schema import Plan
 
 __all__ = ["DryrunResult", "dryrun", "shrink_plan", "tiny_spec"]
@@ -111,19 +115,38 @@ def shrink_plan(plan: Plan, max_ranks: int = 16) -> tuple[Plan, list[str]]:
 
 
 def dryrun(plan: Plan, *, steps: int = 3, max_ranks: int = 16,
-           start_method: str = "fork") -> DryrunResult:
-    """Run the shrunk plan on local gloo workers and compare with a one-process reference."""
-    from planner.models import build_model
+           start_method: str = "fork", timeout_s: float = 120.0,
+           memory_gib: float | None = None) -> DryrunResult:
+    """Run the shrunk plan on local gloo workers and compare with a one-process reference.
+
+    Refused before any worker starts (InfeasibleError, with the numbers) when its memory
+    estimate (`dry_memory`) exceeds `memory_gib` (default: the memory available now).
+    WorkerError (one line naming the rank) when a worker raises, is killed, or no worker
+    makes progress for `timeout_s`."""
     from planner.runtime.check import check_plans
 
     if plan.model is None:
         raise HetplanError("the plan carries no model spec; dryrun needs one")
     small, notes = shrink_plan(plan, max_ranks)
-    spec = tiny_spec(plan.model, small)
-    factory = functools.partial(build_model, spec, device="cpu")
-    opts = {"seq_len": spec.seq_len, "vocab_size": spec.vocab_size}
+    factory, graph, info = _model_for(plan, small)
+    need = dryrun_memory(small, graph)
+    limit = memory_gib if memory_gib is not None else available_gib()
+    if limit is not None:
+        if need.total_gib > limit:
+            raise InfeasibleError(
+                f"dryrun needs about {need.total_gib:.1f} GiB of memory ({need.workers} workers "
+                f"× {need.per_worker_bytes / 2**30:.2f} GiB) but {limit:.1f} GiB is available; "
+                "lower --max-ranks (fewer pipelines) or free memory")
+        notes.append(f"memory: about {need.total_gib:.1f} GiB for {need.workers} workers "
+                     f"({limit:.1f} GiB available); the reference runs "
+                     f"{need.reference_chunk} sequence(s) at a time")
+    if is_module_model(plan.model):
+        notes.append("a plan made from your nn.Module: dryrun runs the module at its own size")
+    opts = {"seq_len": info["seq_len"], "vocab_size": info["vocab_size"],
+            "reference_chunk": need.reference_chunk}
     start = time.perf_counter()
-    (res,) = check_plans([(small, factory, opts)], steps=steps, start_method=start_method)
+    (res,) = check_plans([(small, factory, opts)], steps=steps, start_method=start_method,
+                         timeout_s=timeout_s)
     wall = time.perf_counter() - start
     return DryrunResult(
         ok=(res.max_grad_diff <= TOLERANCE and res.max_loss_diff <= TOLERANCE
@@ -131,8 +154,27 @@ def dryrun(plan: Plan, *, steps: int = 3, max_ranks: int = 16,
         max_grad_diff=res.max_grad_diff, max_loss_diff=res.max_loss_diff,
         losses=tuple(res.loss), reference_losses=tuple(res.reference_loss),
         ranks=len(small.ranks), params_checked=res.num_params_checked, wall_s=wall,
-        model={"num_layers": spec.num_layers, "hidden_size": spec.hidden_size,
-               "num_attention_heads": spec.num_attention_heads,
-               "num_kv_heads": spec.num_kv_heads, "vocab_size": spec.vocab_size,
-               "seq_len": spec.seq_len},
-        notes=tuple(notes))
+        model=info, notes=tuple(notes))
+
+
+def _model_for(plan: Plan, small: Plan) -> tuple[Any, LayerGraph, dict[str, int]]:
+    """(factory, graph for the memory estimate, what runs) for the shrunk plan: our models
+    at the tiny width, a user's module (a module plan) through its factory at its own size."""
+    from planner.models import build_model
+
+    if is_module_model(plan.model):
+        graph, _ = graph_of(plan.model)
+        factory = load_factory(plan.model)
+        vocab = graph.layers[0].vocab_size
+        if vocab <= 0:
+            raise HetplanError("the module's embedding has no token table (nn.Embedding), so "
+                               "dryrun cannot draw token batches for it")
+        return factory, graph, {"num_layers": len(graph.layers) - 2,
+                                "hidden_size": graph.layers[1].matmul_dim,
+                                "vocab_size": vocab, "seq_len": graph.seq_len}
+    spec = tiny_spec(plan.model, small)
+    return (functools.partial(build_model, spec, device="cpu"), fp32_graph(spec),
+            {"num_layers": spec.num_layers, "hidden_size": spec.hidden_size,
+             "num_attention_heads": spec.num_attention_heads,
+             "num_kv_heads": spec.num_kv_heads, "vocab_size": spec.vocab_size,
+             "seq_len": spec.seq_len})

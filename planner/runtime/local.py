@@ -1,7 +1,9 @@
 """Run a function on N local worker processes joined by gloo over loopback (dryrun, tests).
 
 Each worker calls `torch.set_num_threads(1)` first: with the default thread count a few
-workers sharing two cores ran ~60× slower. `fn(rank, world, *args)` may call `init_world`
+workers sharing two cores ran ~60× slower. Workers report progress through a shared
+heartbeat (every module call, or `beat()`), so a stalled run stops after `timeout_s` of
+silence instead of hanging. `fn(rank, world, *args)` may call `init_world`
 (repeatedly, once per plan, with a fresh store file each time) to join a gloo group of any
 size up to `world`; its return value comes back to the caller, rank by rank.
 """
@@ -9,10 +11,9 @@ size up to `world`; its return value comes back to the caller, rank by rank.
 from __future__ import annotations
 
 import datetime
-import faulthandler
 import os
-import sys
 import tempfile
+import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
@@ -22,11 +23,32 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-__all__ = ["WorkerError", "init_world", "run_local"]
+__all__ = ["WorkerError", "beat", "init_world", "run_local"]
 
 
 class WorkerError(RuntimeError):
-    """A worker process failed; carries its rank and traceback."""
+    """A worker process failed (raised, was killed, or stalled); `str()` is one line naming
+    the rank, `detail` the worker's traceback when there is one."""
+
+    def __init__(self, message: str, rank: int | None = None, detail: str = "") -> None:
+        super().__init__(message)
+        self.rank = rank
+        self.detail = detail
+
+
+# This worker's slot in the shared heartbeat array (set in each worker by _entry).
+_BEAT: tuple[Any, int] | None = None
+
+
+def beat() -> None:
+    """Tell the parent this worker is making progress (cheap; call as often as you like)."""
+    if _BEAT is not None:
+        array, rank = _BEAT
+        array[rank] = time.monotonic()
+
+
+def _beat_hook(module: Any, args: Any) -> None:
+    beat()
 
 
 def init_world(store_dir: str, name: str, rank: int, world: int,
@@ -40,34 +62,53 @@ def init_world(store_dir: str, name: str, rank: int, world: int,
 
 
 def _entry(rank: int, fn: Callable[..., Any], world: int, store_dir: str, args: tuple[Any, ...],
-           results: Any, timeout_s: float) -> None:
+           results: Any, beats: Any) -> None:
+    global _BEAT
     torch.set_num_threads(1)
-    # A hung collective would otherwise hang the caller: dump where each worker stands, exit.
-    faulthandler.dump_traceback_later(timeout_s, exit=True, file=sys.__stderr__ or sys.stderr)
+    _BEAT = (beats, rank)
+    beat()
+    # Every module call counts as progress: a stage computing is not stalled.
+    torch.nn.modules.module.register_module_forward_pre_hook(_beat_hook)
     # Loopback only: gloo otherwise resolves the host name to pick an interface.
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     try:
         out = fn(rank, world, store_dir, *args)
         results.put((rank, "ok", out))
     except BaseException as exc:  # reported to the parent, which raises
-        results.put((rank, "error", f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"))
+        results.put((rank, "error", (f"{type(exc).__name__}: {exc}".splitlines()[0][:300],
+                                     traceback.format_exc())))
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
 
 
+def _died(exc: BaseException) -> WorkerError:
+    rank = getattr(exc, "error_index", None)
+    signal_name = getattr(exc, "signal_name", None)
+    if signal_name:
+        hint = " (out of memory? the kernel's OOM killer sends SIGKILL)" \
+            if signal_name == "SIGKILL" else ""
+        return WorkerError(f"rank {rank} was killed by {signal_name}{hint}", rank)
+    code = getattr(exc, "exit_code", None)
+    return WorkerError(f"rank {rank} exited with code {code} before reporting", rank)
+
+
 def run_local(fn: Callable[..., Any], world: int, *args: Any, start_method: str = "fork",
-              timeout_s: float = 600.0) -> list[Any]:
+              timeout_s: float = 120.0) -> list[Any]:
     """fn(rank, world, store_dir, *args) on `world` processes; returns results by rank.
 
+    A run where no worker makes progress (a module call, or `beat()`) for `timeout_s` is
+    stopped: WorkerError naming the ranks that went quiet first. A worker that raises or
+    dies stops the others at once (they would wait for it in a collective).
     `fork` starts a worker in milliseconds (spawn re-imports torch, ~1.5 s each); the parent
     must not have started a process group itself.
     """
     ctx = mp.get_context(start_method)
     results = ctx.SimpleQueue()
+    beats = ctx.Array("d", [time.monotonic()] * world, lock=False)
     got: dict[int, tuple[str, Any]] = {}
     with tempfile.TemporaryDirectory(prefix="hetplan-pg-") as store_dir:
-        procs = mp.start_processes(_entry, args=(fn, world, store_dir, args, results, timeout_s),
+        procs = mp.start_processes(_entry, args=(fn, world, store_dir, args, results, beats),
                                    nprocs=world, join=False, start_method=start_method)
         try:
             done = False
@@ -75,21 +116,44 @@ def run_local(fn: Callable[..., Any], world: int, *args: Any, start_method: str 
                 try:
                     done = procs.join(timeout=0.2)
                 except (mp.ProcessExitedException, mp.ProcessRaisedException) as exc:
-                    raise WorkerError(f"a worker died: {exc}") from None
-                while not results.empty():
-                    rank, status, out = results.get()
-                    got[rank] = (status, out)
-                    if status == "error":
-                        # The others would wait for it in a collective until their timeout.
-                        raise WorkerError(f"rank {rank}: {out}")
+                    _drain(results, got)
+                    _raise_reported(got)
+                    raise _died(exc) from None
+                _drain(results, got)
+                _raise_reported(got)
+                _check_stall(beats, world, got, timeout_s)
         finally:
             for p in procs.processes:
                 if p.is_alive():
                     p.terminate()
+    _drain(results, got)
+    missing = sorted(set(range(world)) - set(got))
+    if missing:
+        raise WorkerError(f"ranks {missing} returned nothing", missing[0])
+    return [got[r][1] for r in range(world)]
+
+
+def _drain(results: Any, got: dict[int, tuple[str, Any]]) -> None:
     while not results.empty():
         rank, status, out = results.get()
         got[rank] = (status, out)
-    missing = sorted(set(range(world)) - set(got))
-    if missing:
-        raise WorkerError(f"ranks {missing} returned nothing")
-    return [got[r][1] for r in range(world)]
+
+
+def _raise_reported(got: dict[int, tuple[str, Any]]) -> None:
+    failed = sorted(r for r, (status, _) in got.items() if status == "error")
+    if failed:
+        line, detail = got[failed[0]][1]
+        raise WorkerError(f"rank {failed[0]} failed: {line}", failed[0], detail)
+
+
+def _check_stall(beats: Any, world: int, got: dict[int, tuple[str, Any]],
+                 timeout_s: float) -> None:
+    now = time.monotonic()
+    waiting = [r for r in range(world) if r not in got]
+    if not waiting or now - max(beats[r] for r in waiting) < timeout_s:
+        return
+    first = min(beats[r] for r in waiting)
+    quiet = [r for r in waiting if beats[r] - first < 1.0]
+    raise WorkerError(f"no progress for {timeout_s:g} s: rank(s) {quiet[:8]} went quiet first "
+                      f"({now - first:.0f} s ago); raise the timeout if the machine is just "
+                      "slow", quiet[0])

@@ -14,7 +14,8 @@ import torch
 import torch.distributed as dist
 
 from planner.errors import HetplanError
-from planner.runtime.build import build_for_rank, spec_of
+from planner.graph.embedded import is_module_model, load_factory
+from planner.runtime.build import build_for_rank, spec_of, tokens_of
 from planner.runtime.data import synthetic_batch
 from planner.runtime.engine import Runner
 from planner.runtime.topology import torch_rank_map
@@ -43,7 +44,8 @@ class TrainStats:
 def runtime_notes(plan: Plan, device: torch.device) -> tuple[list[str], torch.dtype | None]:
     """What the runtime does differently from the plan, and the autocast dtype to use."""
     notes = []
-    precision = ((plan.model or {}).get("training") or {}).get("precision", "fp32")
+    model = plan.model or {}
+    precision = model.get("precision") or (model.get("training") or {}).get("precision", "fp32")
     autocast = None
     if device.type == "cuda" and precision in ("bf16", "fp16"):
         autocast = torch.bfloat16 if precision == "bf16" else torch.float16
@@ -124,9 +126,8 @@ def _batches(plan: Plan, data_loader: Any, seed: int) -> Callable[[int], Batch]:
         if plan.model is None:
             raise HetplanError("synthetic data needs the plan's model spec (seq_len, vocab_size); "
                                "pass data_loader=")
-        spec = spec_of(plan)
-        return lambda step: synthetic_batch(step, plan.global_batch_size, spec.seq_len,
-                                            spec.vocab_size, seed)
+        seq_len, vocab = tokens_of(plan)
+        return lambda step: synthetic_batch(step, plan.global_batch_size, seq_len, vocab, seed)
     if callable(data_loader):
         return data_loader
     it = iter(data_loader) if isinstance(data_loader, Iterable) else data_loader
@@ -146,6 +147,8 @@ def train(plan: Plan, *, steps: int, model_factory: Callable[[], Any] | None = N
     default: synthetic tokens.
     """
     plan_rank, to_torch, device = setup_rank(plan)
+    if model_factory is None and is_module_model(plan.model):
+        model_factory = load_factory(plan.model)  # a plan made from the user's nn.Module
     if model_factory is not None:
         model, layout = model_factory(), None
     else:

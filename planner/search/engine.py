@@ -64,6 +64,10 @@ def plan_key(p: Plan) -> tuple:
 
 
 def model_spec(model: Any) -> dict[str, Any] | None:
+    """What plans embed as `model`: a spec dict, or a user's module's layer table."""
+    plan_model = getattr(model, "plan_model", None)
+    if callable(plan_model):
+        return plan_model()
     spec = model if isinstance(model, dict) else getattr(model, "spec", None)
     if spec is None or isinstance(spec, dict):
         return spec
