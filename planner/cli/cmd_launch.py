@@ -7,7 +7,7 @@ not fit (exit 3); the folder is written all or nothing (`planner.runtime.outdir`
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.table import Table
@@ -54,6 +54,7 @@ def launch(
     if cluster is not None:
         # The scripts' plan.json describes the cluster it runs on.
         plan = plan.model_copy(update={"cluster": checked.cluster.spec})
+    _check_factory(plan.model, plan_file)
     priced = framework_of(plan.predicted)
     if priced != "hetplan":
         # stderr, one line: the scripts still work, but the predictions describe another runtime.
@@ -80,6 +81,22 @@ def launch(
     console.print(f"copy {out_dir}/ to every node, then on each: ./<node>.sh MASTER_ADDR "
                   "[MASTER_PORT] [STEPS]  (MASTER_ADDR: node rank 0's address); or "
                   f"{out_dir}/run_ssh.sh, or `cd {out_dir} && sbatch hetplan.sbatch`")
+
+
+def _check_factory(model: Any, plan_file: Path) -> None:
+    """A plan made from a user's nn.Module runs through its recorded factory: refuse one
+    without; warn (one line) when it cannot be imported here (the nodes may have it)."""
+    from planner.errors import SpecError
+    from planner.graph.embedded import is_module_model, load_factory
+
+    if not is_module_model(model):
+        return
+    if model.get("factory") is None:
+        load_factory(model, where=f"{plan_file}: model")  # raises: missing
+    try:
+        load_factory(model, where=f"{plan_file}: model")
+    except SpecError as exc:
+        typer.echo(f"warning: {exc} (every node must be able to import it)", err=True)
 
 
 def _ranges(ranks: tuple[int, ...]) -> str:

@@ -36,6 +36,9 @@ def even_split(num_layers: int, chunks: int) -> list[int]:
 
 
 def _spec_dict(model: Any) -> dict[str, Any] | None:
+    plan_model = getattr(model, "plan_model", None)
+    if callable(plan_model):
+        return plan_model()  # a spec, or a user's module's layer table (graph.embedded)
     spec = getattr(model, "spec", None)
     if spec is None:
         return None
