@@ -109,7 +109,8 @@ def test_every_command_refuses_a_broken_plan_in_one_line(case, edit, words, tmp_
         assert not out.exists()
 
 
-def test_launch_checks_the_plan_against_the_cluster_given(tmp_path: Path, capsys) -> None:
+def test_estimate_and_launch_check_the_plan_against_the_cluster_given(tmp_path: Path,
+                                                                    capsys) -> None:
     path = tmp_path / "ok.json"
     path.write_text(json.dumps(_base()))
     out = tmp_path / "l"
@@ -117,6 +118,10 @@ def test_launch_checks_the_plan_against_the_cluster_given(tmp_path: Path, capsys
     code, _, err = _run(["launch", str(path), "--cluster", "dgx-a100", "--out-dir", str(out)],
                         capsys)
     assert code == 2 and "ranks.0.node" in err and "dgx-a100" in err and not out.exists()
+    code, _, err = _run(["estimate", str(path), "dgx-a100"], capsys)
+    assert code == 2 and "ranks.0.node" in err and "dgx-a100" in err
+    code, text, err = _run(["estimate", str(path), "lab-mixed", "--json"], capsys)
+    assert code == 0 and json.loads(text)["feasible"] is True, err
     # The cluster the plan was made for: the scripts' plan.json embeds it.
     code, _, err = _run(["launch", str(path), "--cluster", "lab-mixed", "--out-dir", str(out)],
                         capsys)

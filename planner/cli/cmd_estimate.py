@@ -18,7 +18,7 @@ from rich.table import Table
 from planner.cli.main import EXIT_INFEASIBLE, app
 from planner.cli.options import FrameworkOption, ProfilesOption, load_profiles
 from planner.cli.output import console, print_json
-from planner.cli.plan_file import load_checked
+from planner.cli.plan_file import is_plan_file, load_checked
 from planner.errors import HetplanError
 
 __all__ = ["estimate"]
@@ -72,8 +72,8 @@ def _table(est: Any, title: str) -> Table:
 def estimate(
     model_or_plan: Annotated[str, typer.Argument(help="Model (zoo name / YAML / config.json) "
                                                  "or a plan JSON.")],
-    cluster: Annotated[str | None, typer.Argument(help="Cluster (name or YAML); not with a "
-                                                  "plan file.")] = None,
+    cluster: Annotated[str | None, typer.Argument(help="Cluster (name or YAML); with a plan "
+                                                  "file: price it on this cluster.")] = None,
     tp: Annotated[int, typer.Option("--tp", help="Tensor-parallel degree.")] = 1,
     pp: Annotated[int, typer.Option("--pp", help="Pipeline stages.")] = 1,
     dp: Annotated[int | None, typer.Option("--dp", help="Data-parallel degree "
@@ -111,11 +111,13 @@ def estimate(
     if schedule not in ("1f1b", "gpipe", "interleaved"):
         raise HetplanError(f"--schedule {schedule!r}: use 1f1b, gpipe or interleaved")
     profiles = load_profiles(profiles_files, shipped=not no_profiles)
-    if model_or_plan.endswith(".json") and cluster is None:
-        plan = load_checked(model_or_plan).plan
-        est = run_estimate(None, None, plan, profiles=profiles,
+    if is_plan_file(model_or_plan) or (model_or_plan.endswith(".json") and cluster is None):
+        # A plan, priced on the cluster it embeds or on CLUSTER (checked against it).
+        checked = load_checked(model_or_plan, cluster)
+        plan = checked.plan
+        est = run_estimate(None, checked.cluster, plan, profiles=profiles,
                            framework=framework_named(framework, plan.predicted))
-        title = f"{plan.model.get('name', 'model')} on {plan.cluster.get('name', 'cluster')}"
+        title = f"{plan.model.get('name', 'model')} on {checked.cluster.name}"
     else:
         if cluster is None:
             raise HetplanError("estimate needs MODEL CLUSTER and flags, or a PLAN.json")

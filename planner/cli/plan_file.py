@@ -12,7 +12,21 @@ if TYPE_CHECKING:
     from planner.costing.plan_check import CheckedPlan
     from planner.costing.result import Estimate
 
-__all__ = ["load_checked", "refuse_infeasible"]
+__all__ = ["is_plan_file", "load_checked", "refuse_infeasible"]
+
+
+def is_plan_file(path: str) -> bool:
+    """Whether `path` is a JSON file holding a plan (not, say, a HuggingFace config.json)."""
+    import json
+
+    if not path.endswith(".json"):
+        return False
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, ValueError, RecursionError):
+        return False
+    return isinstance(data, dict) and "pipelines" in data
 
 
 def load_checked(path: str | Path, cluster: Any = None) -> CheckedPlan:
