@@ -72,6 +72,9 @@ BROKEN = [
     ("hidden-size-0", _set("model.hidden_size", 0), ["hidden-size-0.json: model: hidden_size"]),
     ("gpu-used-twice", _set("ranks.1.local_rank", 0),
      ["ranks 0 and 1 share one GPU (node a100-0, local_rank 0)"]),
+    ("sp-seq-not-divisible", lambda d: (_tp(4)(d), d["model"].update(seq_len=30),
+                                        d.update(sequence_parallel=True)),
+     ["pipelines.0.stages.0.tp", "sequence length 30"]),
     ("cluster-without-nodes", _set("cluster.nodes", []), ["nodes.json: cluster: nodes"]),
 ]
 

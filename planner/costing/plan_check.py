@@ -75,7 +75,13 @@ def check_against(plan: Plan, graph: LayerGraph, cluster: Cluster, *,
     rank_node = _rank_nodes(plan, cluster, where)
     for p, pipe in enumerate(plan.pipelines):
         for s, st in enumerate(pipe.stages):
-            _check_stage(st, rank_node[st.ranks[0]], graph, f"pipelines.{p}.stages.{s}", where)
+            field = f"pipelines.{p}.stages.{s}"
+            _check_stage(st, rank_node[st.ranks[0]], graph, field, where)
+            if plan.sequence_parallel and graph.seq_len % st.tp:
+                # Megatron-SP slices the sequence over the TP ranks (runtime/seqpar.py).
+                raise SpecError(where, f"{field}.tp", f"TP {st.tp} with sequence_parallel "
+                                f"needs the sequence length {graph.seq_len} to divide by it; "
+                                "pick a TP degree that divides it or turn sequence_parallel off")
     return rank_node
 
 
