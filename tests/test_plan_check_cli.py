@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -179,3 +180,12 @@ def test_an_infeasible_plan_exits_3_with_numbers_and_is_not_run(tmp_path: Path,
     code, _, _ = _run(["estimate", "llama3-8b", "lab-mixed", "--tp", "1", "--pp", "1",
                        "--dp", "1", "--global-batch", "8"], capsys)
     assert code == 3
+
+
+def test_plan_exits_3_when_nothing_fits(tmp_path: Path, capsys) -> None:
+    # Model state alone, 405.85e9 parameters × 16 B over 16 T4s, is 378.0 GiB each; a T4 has 16.
+    out = tmp_path / "none.json"
+    code, _, err = _run(["plan", "llama3-405b", "amp-t4", "-o", str(out)], capsys)
+    assert code == 3 and err.count("\n") == 1 and "no plan fits" in err, err
+    need = float(re.search(r"reaches is ([0-9.]+) GiB", err).group(1))
+    assert need >= 405.85e9 * 16 / 16 / 2**30 and not out.exists()
