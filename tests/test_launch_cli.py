@@ -176,3 +176,16 @@ def test_c10d_scripts_train_on_two_local_nodes(tmp_path: Path, capsys) -> None:
                 p.kill()
     assert [p.returncode for p in procs] == [0, 0], outs
     assert "done: 2 steps" in "".join(outs)
+
+
+def test_the_worker_entry_point_checks_the_plan_too(tmp_path: Path, capsys) -> None:
+    # What each torchrun worker runs: a plan edited after `hetplan launch` is one line, exit 2.
+    from planner.runtime.__main__ import main
+
+    data = json.loads(_two_node_plan(tmp_path).read_text())
+    data["pipelines"][0]["stages"][1]["layers"] = [3, 7]
+    bad = tmp_path / "edited.json"
+    bad.write_text(json.dumps(data))
+    assert main([str(bad), "--steps", "1"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "edited.json: pipelines: stages cover layers [0, 7)" in err

@@ -22,10 +22,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-grad-norm", type=float, default=None,
                         help="clip the global gradient norm (default: no clipping)")
     args = parser.parse_args(argv)
+    from planner.costing.plan_check import check_plan
     from planner.runtime.training import train
 
     try:
         plan = Plan.load(args.plan)
+        # The one plan validator, as `hetplan launch` ran it: a plan edited since is caught
+        # here, on every rank, before any process group forms.
+        check_plan(plan, where=args.plan)
         stats = train(plan, steps=args.steps, lr=args.lr, optimizer=args.optimizer,
                       seed=args.seed, max_grad_norm=args.max_grad_norm)
     except HetplanError as exc:
