@@ -83,6 +83,14 @@ class Plan(_Frozen):
 
     model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _whole_numbers(cls, data: Any) -> Any:
+        # pydantic's lax mode would read "2" or true as 2: a plan's counts must be numbers.
+        if isinstance(data, dict):
+            _check_counts(data)
+        return data
+
     @model_validator(mode="after")
     def _check(self) -> Plan:
         _check_structure(self)
@@ -139,6 +147,40 @@ class Plan(_Frozen):
             raise SpecError(str(p), "model" if plan.model is None else "cluster",
                             "missing; a plan file must embed its model and cluster specs")
         return plan
+
+
+def _bad_count(value: Any) -> bool:
+    return isinstance(value, str | bool) or (isinstance(value, float) and not value.is_integer())
+
+
+def _check_counts(data: dict[str, Any]) -> None:
+    """Raise ValueError naming the first count written as text, a boolean or a fraction."""
+    found: list[tuple[str, Any]] = [(k, data.get(k)) for k in
+                                    ("global_batch_size", "micro_batch_size", "virtual_stages")]
+    for p, pipe in enumerate(data.get("pipelines") or [] if isinstance(
+            data.get("pipelines"), list) else []):
+        if not isinstance(pipe, dict):
+            continue
+        found.append((f"pipelines.{p}.microbatches", pipe.get("microbatches")))
+        stages = pipe.get("stages")
+        for s, st in enumerate(stages if isinstance(stages, list) else []):
+            if not isinstance(st, dict):
+                continue
+            where = f"pipelines.{p}.stages.{s}"
+            found.append((f"{where}.tp", st.get("tp")))
+            for key in ("layers", "ranks"):
+                items = st.get(key)
+                found += [(f"{where}.{key}.{i}", v) for i, v in
+                          enumerate(items if isinstance(items, list | tuple) else [])]
+    ranks = data.get("ranks")
+    for i, r in enumerate(ranks if isinstance(ranks, list) else []):
+        if isinstance(r, dict):
+            found += [(f"ranks.{i}.rank", r.get("rank")), (f"ranks.{i}.local_rank",
+                                                          r.get("local_rank"))]
+    for where, value in found:
+        if _bad_count(value):
+            raise ValueError(f"{where}: {value!r:.40} is not a whole number; write it as one "
+                             "(e.g. 2, not \"2\")")
 
 
 def _check_structure(plan: Plan) -> None:

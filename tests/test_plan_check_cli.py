@@ -76,6 +76,11 @@ BROKEN = [
     ("sp-seq-not-divisible", lambda d: (_tp(4)(d), d["model"].update(seq_len=30),
                                         d.update(sequence_parallel=True)),
      ["pipelines.0.stages.0.tp", "sequence length 30"]),
+    ("tp-as-text", _set("pipelines.0.stages.0.tp", "2"),
+     ["pipelines.0.stages.0.tp: '2' is not a whole number"]),
+    ("framework-unknown", _set("predicted", {"framework": "nonesuch"}),
+     ["predicted.framework", "'nonesuch'"]),
+    ("hidden-2-to-the-40", _set("model.hidden_size", 2**40), ["hidden_size"]),
     ("cluster-without-nodes", _set("cluster.nodes", []), ["nodes.json: cluster: nodes"]),
 ]
 

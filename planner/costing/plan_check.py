@@ -19,6 +19,7 @@ from typing import Any
 
 from cost_models.catalog import get_gpu
 from planner.cluster.model import Cluster, Node
+from planner.costing.framework import FRAMEWORKS, framework_of
 from planner.costing.resolve import resolve_cluster, resolve_model
 from planner.errors import SpecError
 from planner.graph.layers import Layer, LayerGraph
@@ -48,6 +49,10 @@ def check_plan(plan: Plan, model: Any = None, cluster: Any = None, *,
         from planner.cluster import cluster_from_dict
 
         cluster = cluster_from_dict(plan.cluster, f"{where}: cluster")
+    priced = framework_of(plan.predicted)
+    if priced not in FRAMEWORKS:
+        raise SpecError(where, "predicted.framework", f"{priced!r:.40} is not a runtime hetplan "
+                        f"prices ({', '.join(FRAMEWORKS)}); fix it or drop `predicted`")
     graph, precision = resolve_model(model, plan)
     cl = resolve_cluster(cluster, plan)
     rank_node = check_against(plan, graph, cl, where=where)
@@ -61,7 +66,15 @@ def _model_of(spec: dict[str, Any], where: str) -> Any:
         return graph_of(spec, where)[0]  # precision: resolve_model reads the plan's
     from planner.graph import ModelSpec, load_model  # imports torch: load lazily
 
-    return load_model(ModelSpec.from_dict(spec, where=where))
+    model_spec = ModelSpec.from_dict(spec, where=where)
+    try:
+        return load_model(model_spec)
+    except (RuntimeError, OverflowError, MemoryError) as exc:
+        # torch refuses tensor shapes past its limits even on the meta device.
+        first = str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__
+        raise SpecError(where, None, f"cannot measure this model ({first}); check hidden_size, "
+                        f"seq_len and num_layers ({model_spec.hidden_size}, "
+                        f"{model_spec.seq_len}, {model_spec.num_layers})") from None
 
 
 def check_against(plan: Plan, graph: LayerGraph, cluster: Cluster, *,
