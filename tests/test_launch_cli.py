@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from tests.cli import run_cli as _run
 
@@ -154,10 +156,52 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_c10d_scripts_train_on_two_local_nodes(tmp_path: Path, capsys) -> None:
+def _module_plan(tmp_path: Path) -> Path:
+    """The user's module (tests.user_models) as a 2-stage plan on boxes a and b, plan rank 0
+    on node b: a c10d rank order that differs from the plan's must still map right."""
+    import planner
+    from planner.cluster import cluster_from_dict
+    from planner.costing import megatron_plan
+    from tests.user_models import S, make_net
+
+    model = planner.from_module(make_net(), torch.zeros(2, S, dtype=torch.long),
+                                factory="tests.user_models:make_net")
+    data = json.loads(_two_node_plan(tmp_path).read_text())
+    cluster = cluster_from_dict(data["cluster"])
+    plan = megatron_plan(model, cluster, tp=1, pp=2, dp=1, micro_batch=1, global_batch=2)
+    out = plan.to_dict()
+    out["ranks"] = [{"rank": 0, "node": "b", "local_rank": 0},
+                    {"rank": 1, "node": "a", "local_rank": 0}]
+    path = tmp_path / "module-plan.json"
+    path.write_text(json.dumps(out))
+    return path
+
+
+def _reference_losses(steps: int) -> list[float]:
+    """The module trained in one process as the runtime trains it (AdamW lr 1e-4, synthetic
+    tokens of seed 0, the global batch of 2 each step)."""
+    from planner.runtime.data import synthetic_batch
+    from planner.runtime.engine import make_optimizer
+    from tests.user_models import S, V, make_net
+
+    net = make_net()
+    opt = make_optimizer(list(net.parameters()), "adamw", 1e-4)
+    losses = []
+    for step in range(steps):
+        x, y = synthetic_batch(step, 2, S, V)
+        opt.zero_grad()
+        loss = torch.nn.functional.cross_entropy(net(x).reshape(-1, V), y.reshape(-1))
+        loss.backward()
+        opt.step()
+        losses.append(float(loss.detach()))
+    return losses
+
+
+def test_c10d_scripts_train_a_module_plan_on_two_local_nodes(tmp_path: Path, capsys) -> None:
     # Both node scripts side by side on this machine (gloo): c10d numbers the nodes as they
-    # join, the runtime maps torch ranks to plan ranks from HETPLAN_NODE and LOCAL_RANK.
-    plan = _two_node_plan(tmp_path)
+    # join, the runtime maps torch ranks to plan ranks from HETPLAN_NODE and LOCAL_RANK, and
+    # builds the user's module through the plan's factory.
+    plan = _module_plan(tmp_path)
     out = tmp_path / "l"
     code, _, err = _run(["launch", str(plan), "--out-dir", str(out), "--rdzv", "c10d"], capsys)
     assert code == 0, err
@@ -175,7 +219,9 @@ def test_c10d_scripts_train_on_two_local_nodes(tmp_path: Path, capsys) -> None:
             if p.poll() is None:
                 p.kill()
     assert [p.returncode for p in procs] == [0, 0], outs
-    assert "done: 2 steps" in "".join(outs)
+    done = re.search(r"done: 2 steps, final loss ([0-9.]+)", "".join(outs))
+    assert done, outs
+    assert float(done.group(1)) == pytest.approx(_reference_losses(2)[-1], abs=1e-4)
 
 
 def test_the_worker_entry_point_checks_the_plan_too(tmp_path: Path, capsys) -> None:
