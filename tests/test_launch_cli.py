@@ -82,6 +82,34 @@ def test_out_dir_is_replaced_whole_and_foreign_folders_are_refused(tmp_path: Pat
         ro.chmod(0o755)
 
 
+def test_a_write_that_fails_midway_leaves_the_old_folder_intact(tmp_path: Path, monkeypatch,
+                                                                capsys) -> None:
+    plan = _two_node_plan(tmp_path)
+    out = tmp_path / "launch"
+    code, _, err = _run(["launch", str(plan), "--out-dir", str(out)], capsys)
+    assert code == 0, err
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    real = Path.write_text
+    written: list[str] = []
+
+    def disk_full(self: Path, text: str, *args, **kwargs) -> int:
+        written.append(self.name)
+        if len(written) == 3:
+            raise OSError(28, "No space left on device")
+        return real(self, text, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "write_text", disk_full)
+    code, _, err = _run(["launch", str(plan), "--out-dir", str(out), "--rdzv", "c10d"], capsys)
+    assert code == 2 and err.count("\n") == 1, err
+    assert "No space left on device" in err and "nothing was written" in err
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".launch")] == []
+    # A new folder that fails midway does not appear at all.
+    written.clear()
+    code, _, _ = _run(["launch", str(plan), "--out-dir", str(tmp_path / "new" / "l")], capsys)
+    assert code == 2 and not (tmp_path / "new").exists()
+
+
 def test_options_and_hostfile_errors_are_one_line(tmp_path: Path, capsys) -> None:
     plan = _two_node_plan(tmp_path)
     out = tmp_path / "l"
