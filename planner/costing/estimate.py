@@ -20,11 +20,12 @@ from typing import Any
 
 from cost_models.compute import peak_tflops
 from cost_models.memory import inflight_microbatches
+from cost_models.moe import DEFAULT_CAPACITY_FACTOR
 from cost_models.profiles import ProfileSet
 from planner.cluster.model import Cluster, Node
 from planner.costing.framework import DEFAULT_FRAMEWORK, Framework
 from planner.costing.grad_sync import grad_sync_s
-from planner.costing.links import p2p_time_s
+from planner.costing.links import a2a_link, p2p_time_s
 from planner.costing.resolve import resolve_cluster, resolve_model
 from planner.costing.result import Estimate, StageEstimate
 from planner.costing.stage_cost import StageCost, stage_cost, stage_peak_memory_gib
@@ -44,11 +45,13 @@ class _Device:
     tp: int
     chunks: tuple[int, ...]
     costs: tuple[StageCost, ...]
+    ep: int = 1
 
 
 def estimate(model: Any, cluster: Cluster | None, plan: Plan, *,
              profiles: ProfileSet | None = None, precision: str | None = None,
-             overlap_dp: bool = False, framework: Framework = DEFAULT_FRAMEWORK) -> Estimate:
+             overlap_dp: bool = False, framework: Framework = DEFAULT_FRAMEWORK,
+             capacity_factor: float = DEFAULT_CAPACITY_FACTOR) -> Estimate:
     """Predict one training iteration of `plan`.
 
     `model`/`cluster` may be None when the plan embeds them; `profiles` defaults to the shipped
@@ -57,7 +60,8 @@ def estimate(model: Any, cluster: Cluster | None, plan: Plan, *,
     (forward and backward: FSDP and Megatron's distributed optimizer gather parameters during
     the forward and reduce gradients during the backward) instead of running it after the
     flush. `framework` describes the executing framework where it changes the cost (default:
-    hetplan's runtime; `planner.costing.framework`).
+    hetplan's runtime; `planner.costing.framework`). `capacity_factor`: a mixture-of-experts
+    layer's busiest expert carries this many times the balanced load (`cost_models/moe.py`).
     """
     graph, spec_precision = resolve_model(model, plan)
     precision = precision or spec_precision
@@ -96,11 +100,18 @@ def estimate(model: Any, cluster: Cluster | None, plan: Plan, *,
             if st.gpu != gpu.name:
                 raise SpecError("plan", f"pipelines.{p}.stages.{j}.gpu", f"says {st.gpu} but its "
                                 f"ranks are on node {node.name} with {gpu.name}")
+            ep = st.ep or 1
+            ep_link = None
+            if ep > 1:  # one GPU per pipeline of the stage's ep-block (schema.py)
+                block = range(p // ep * ep, p // ep * ep + ep)
+                ep_link = a2a_link([rank_node[plan.pipelines[q].stages[j].ranks[0]]
+                                    for q in block], used_gpus, latency_s)
             costs.append(stage_cost(
                 graph, st.layers[0], st.layers[1], gpu, st.tp, mb, st.recompute,
                 precision=precision, sequence_parallel=plan.sequence_parallel,
                 intra_node_gb_per_s=node.group.intra_node_gb_per_s,
-                intra_node_link=node.group.intra_node, profiles=profiles, framework=framework))
+                intra_node_link=node.group.intra_node, profiles=profiles, framework=framework,
+                ep=ep, ep_link=ep_link, capacity_factor=capacity_factor))
             chunk_nodes.append(node)
         pipe_costs.append(costs)
         sends.append([
@@ -110,7 +121,8 @@ def estimate(model: Any, cluster: Cluster | None, plan: Plan, *,
         devices.append([
             _Device(p, d, chunk_nodes[d], pipe.stages[d].tp,
                     tuple(range(d, len(costs), s_count)),
-                    tuple(costs[j] for j in range(d, len(costs), s_count)))
+                    tuple(costs[j] for j in range(d, len(costs), s_count)),
+                    pipe.stages[d].ep or 1)
             for d in range(s_count)])
 
     dp_sync, tied_sync = grad_sync_s(graph, plan, devices, used_gpus, latency_s, framework)
