@@ -203,8 +203,9 @@ def _stage_row(plan: Plan, d: _Device, max_inflight: int, s_count: int,
         p2p_bytes=d.costs[-1].p2p_bytes,
         optimizer_step_s=sum(c.optimizer_step_s for c in d.costs),
         recompute_transient_bytes=max(c.recompute_transient_bytes for c in d.costs),
-        recompute_s=sum(c.recompute_s for c in d.costs))
-    peak = stage_peak_memory_gib(merged, inflight, shard)
+        recompute_s=sum(c.recompute_s for c in d.costs),
+        expert_optimizer_bytes_per_gpu=sum(c.expert_optimizer_bytes_per_gpu for c in d.costs))
+    peak = stage_peak_memory_gib(merged, inflight, shard, d.ep)
     gpu = d.node.group.gpu
     stages = pipe.stages
     first, last = stages[d.chunks[0]], stages[d.chunks[-1]]

@@ -61,6 +61,9 @@ class StageCost:
     """Extra bytes the backward of one recomputed layer needs at once (0 without recompute)."""
     recompute_s: float = 0.0
     """The part of `bwd_s` spent re-running forward work (drawn apart in Gantt charts)."""
+    expert_optimizer_bytes_per_gpu: float = 0.0
+    """The part of `optimizer_bytes_per_gpu` in routed experts: ZeRO-1 shards it over the
+    expert-data-parallel group (DP / ep), not over DP."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +84,8 @@ class LayerCostTable:
     optimizer_bytes_per_param: float
     recompute_s: tuple[float, ...] = (0.0,)
     """Prefix sums of the recompute part of `bwd_s`."""
+    expert_params: tuple[float, ...] = ()
+    """Prefix sums of routed-expert parameters per GPU (empty: none)."""
     ties: tuple[tuple[int, int, float, float], ...] = ()
     """(layer, owner layer, parameters per GPU, Adam step s) of each tied weight a layer uses
     but another counts: a stage holding the layer and not its owner keeps a copy."""
@@ -112,6 +117,9 @@ class LayerCostTable:
             optimizer_step_s=self.update_s[end] - self.update_s[start] + copy_update,
             recompute_transient_bytes=max(self.transient_bytes[start:end]),
             recompute_s=self.recompute_s[end] - self.recompute_s[start],
+            expert_optimizer_bytes_per_gpu=(
+                (self.expert_params[end] - self.expert_params[start])
+                * self.optimizer_bytes_per_param if self.expert_params else 0.0),
         )
 
 
@@ -234,7 +242,8 @@ def _layer_costs(layer: Layer, graph: LayerGraph, gpu: GpuSpec, tp: int, mb: int
             b * (layer.activation_bytes - saved), 0.0, t, sp) + probs
     else:
         act += probs
-    return fwd, bwd, bwd_w, params, act, update, transient, bwd - no_recompute_bwd
+    experts = layer.expert_params / ep / ts if layer.num_experts else 0.0
+    return fwd, bwd, bwd_w, params, act, update, transient, bwd - no_recompute_bwd, experts
 
 
 def _attention_probs_bytes(layer: Layer, graph: LayerGraph, fw: Framework) -> float:
@@ -313,6 +322,7 @@ def layer_cost_table(graph: LayerGraph, gpu: GpuSpec, tp: int, micro_batch: int,
         optimizer_bytes_per_param=optimizer_bytes_per_param(precision),
         recompute_s=prefix(cols[7]),
         ties=_ties(graph, gpu, tp, framework),
+        expert_params=prefix(cols[8]) if any(cols[8]) else (),
     )
     if len(_CACHE) >= _CACHE_MAX:
         _CACHE.clear()
@@ -342,9 +352,13 @@ def stage_cost(graph: LayerGraph, start: int, end: int, gpu: GpuSpec, tp: int, m
 
 
 def stage_peak_memory_gib(cost: StageCost, inflight_microbatches: float,
-                          zero1_dp: int = 1) -> float:
-    """Peak memory of one GPU of the stage: model state (optimizer sharded over `zero1_dp`),
-    activations of the in-flight micro-batches, recompute transient, framework overhead."""
-    state = cost.static_bytes_per_gpu - cost.optimizer_bytes_per_gpu * (1 - 1 / max(zero1_dp, 1))
+                          zero1_dp: int = 1, ep: int = 1) -> float:
+    """Peak memory of one GPU of the stage: model state (optimizer sharded over `zero1_dp`;
+    routed experts' over zero1_dp / ep), activations of the in-flight micro-batches, recompute
+    transient, framework overhead."""
+    dense_opt = cost.optimizer_bytes_per_gpu - cost.expert_optimizer_bytes_per_gpu
+    expert_dp = max(zero1_dp // max(ep, 1), 1)
+    state = (cost.static_bytes_per_gpu - dense_opt * (1 - 1 / max(zero1_dp, 1))
+             - cost.expert_optimizer_bytes_per_gpu * (1 - 1 / expert_dp))
     act = cost.activation_bytes_per_microbatch * inflight_microbatches
     return (state + act + cost.recompute_transient_bytes) / GIB + FRAMEWORK_OVERHEAD_GIB
