@@ -8,8 +8,8 @@ the outputs home (combine). Both are `dist.all_to_all_single` inside an autograd
 whose backward runs the mirrored all-to-all; gloo implements all_to_all_single on CPU
 (checked on torch 2.13). Every rank still holds every expert's weights: a non-local expert
 gets a zero gradient here and the data-parallel all-reduce sums the owners' gradients, which
-is the full gradient. The memory saving that `ep` buys is priced by the cost model but not yet realised
-by this runtime.
+is the full gradient. The memory saving that `ep` buys is priced by the cost model but not
+yet realised by this runtime.
 """
 
 from __future__ import annotations
