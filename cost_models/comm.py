@@ -16,6 +16,7 @@ from dataclasses import dataclass
 __all__ = [
     "Link",
     "allgather_s",
+    "alltoall_s",
     "allreduce_s",
     "p2p_s",
     "reduce_scatter_s",
@@ -88,3 +89,11 @@ def allgather_s(nbytes: float, n: int, link: Link) -> float:
 def reduce_scatter_s(nbytes: float, n: int, link: Link) -> float:
     """Ring reduce-scatter of a `nbytes` input (each peer keeps nbytes/n of the sum)."""
     return allgather_s(nbytes, n, link)
+
+
+def alltoall_s(nbytes: float, n: int, link: Link) -> float:
+    """Pairwise all-to-all of the `nbytes` each peer holds: it keeps 1/n and sends (n-1)/n,
+    one message to each other peer: (n-1)·alpha + (n-1)/n · B / bw (Thakur et al. §3.5)."""
+    if n <= 1 or nbytes <= 0:
+        return 0.0
+    return (n - 1) * link.latency_s + (n - 1) / n * nbytes / link.bytes_per_s

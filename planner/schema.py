@@ -37,6 +37,10 @@ class Stage(_Frozen):
     ranks: tuple[int, ...]
     """Global ranks of the TP group, TP-rank order; len(ranks) == tp."""
     recompute: Literal["none", "selective", "full"] = "none"
+    ep: int | None = Field(default=None, ge=1)
+    """Expert parallelism (mixture-of-experts models): this stage's routed experts are split
+    over the same stage of `ep` consecutive pipelines (pipelines [k·ep, (k+1)·ep)), which
+    exchange tokens by all-to-all. None (written for dense plans) means 1."""
 
     @model_validator(mode="after")
     def _check(self) -> Stage:
@@ -167,7 +171,7 @@ def _check_counts(data: dict[str, Any]) -> None:
             if not isinstance(st, dict):
                 continue
             where = f"pipelines.{p}.stages.{s}"
-            found.append((f"{where}.tp", st.get("tp")))
+            found += [(f"{where}.tp", st.get("tp")), (f"{where}.ep", st.get("ep"))]
             for key in ("layers", "ranks"):
                 items = st.get(key)
                 found += [(f"{where}.{key}.{i}", v) for i, v in
@@ -181,6 +185,34 @@ def _check_counts(data: dict[str, Any]) -> None:
         if _bad_count(value):
             raise ValueError(f"{where}: {value!r:.40} is not a whole number; write it as one "
                              "(e.g. 2, not \"2\")")
+def _ep_shape(st: Stage) -> tuple[Any, ...]:
+    return (st.layers, st.tp, st.ep, st.recompute)
+
+
+def _check_expert_groups(plan: Plan) -> None:
+    """A stage with ep > 1 runs in lockstep with the same stage of its ep-block's pipelines:
+    same layers, TP, ep, recompute, stage count and micro-batches (else all-to-alls hang)."""
+    n_pipes = len(plan.pipelines)
+    for p_idx, pipe in enumerate(plan.pipelines):
+        for s_idx, st in enumerate(pipe.stages):
+            ep = st.ep or 1
+            if ep == 1:
+                continue
+            where = f"pipelines.{p_idx}.stages.{s_idx}"
+            first = p_idx // ep * ep
+            if first + ep > n_pipes:
+                raise ValueError(f"{where}: ep {ep} needs pipelines {first}..{first + ep - 1} "
+                                 f"but the plan has {n_pipes}; use an ep that divides the "
+                                 "number of pipelines")
+            for q in range(first, first + ep):
+                other = plan.pipelines[q]
+                same = (len(other.stages) == len(pipe.stages)
+                        and other.microbatches == pipe.microbatches
+                        and _ep_shape(other.stages[s_idx]) == _ep_shape(st))
+                if not same:
+                    raise ValueError(f"{where}: ep {ep} groups it with pipeline {q}, whose "
+                                     f"stage {s_idx} or micro-batches differ; expert-parallel "
+                                     "pipelines need identical stages and micro-batch counts")
 
 
 def _check_structure(plan: Plan) -> None:
@@ -220,6 +252,7 @@ def _check_structure(plan: Plan) -> None:
         if plan.schedule in ("1f1b", "interleaved") and pipe.microbatches < groups:
             raise ValueError(f"{where}: {pipe.microbatches} micro-batches < {groups} stages; "
                              f"{plan.schedule} needs at least one micro-batch per stage")
+    _check_expert_groups(plan)
     total = sum(p.microbatches for p in plan.pipelines) * plan.micro_batch_size
     if total != plan.global_batch_size:
         mbs = " + ".join(str(p.microbatches) for p in plan.pipelines)

@@ -15,6 +15,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
+from cost_models.moe import DEFAULT_CAPACITY_FACTOR
 from planner.cli.main import EXIT_INFEASIBLE, app
 from planner.cli.options import FrameworkOption, ProfilesOption, load_profiles
 from planner.cli.output import console, print_json
@@ -95,6 +96,12 @@ def estimate(
     ] = None,
     zero1: Annotated[bool, typer.Option("--zero1", help="Shard optimizer state over DP.")
                      ] = False,
+    ep: Annotated[int, typer.Option("--ep", help="Expert parallelism (mixture-of-experts "
+                                    "models): experts split over groups of ep DP replicas.")
+                  ] = 1,
+    capacity_factor: Annotated[float, typer.Option(
+        "--capacity-factor", help="MoE: the busiest expert's load over the balanced one.")
+    ] = DEFAULT_CAPACITY_FACTOR,
     no_profiles: Annotated[bool, typer.Option("--no-profiles", help="Leave out the shipped "
                                               "profiles (with --profiles: those files only; "
                                               "else the analytic model alone).")] = False,
@@ -106,6 +113,9 @@ def estimate(
     from planner.costing import estimate as run_estimate
     from planner.costing.framework import framework_named
 
+    if capacity_factor < 1.0:
+        raise HetplanError(f"--capacity-factor {capacity_factor}: must be >= 1 (the busiest "
+                           "expert carries at least the mean load)")
     if recompute not in ("none", "selective", "full"):
         raise HetplanError(f"--recompute {recompute!r}: use none, selective or full")
     if schedule not in ("1f1b", "gpipe", "interleaved"):
@@ -116,7 +126,8 @@ def estimate(
         checked = load_checked(model_or_plan, cluster)
         plan = checked.plan
         est = run_estimate(None, checked.cluster, plan, profiles=profiles,
-                           framework=framework_named(framework, plan.predicted))
+                           framework=framework_named(framework, plan.predicted),
+                           capacity_factor=capacity_factor)
         title = f"{plan.model.get('name', 'model')} on {checked.cluster.name}"
     else:
         if cluster is None:
@@ -125,23 +136,33 @@ def estimate(
             model_or_plan, cluster, tp=tp, pp=pp, dp=dp, global_batch=global_batch,
             layers_per_stage=layers_per_stage, micro_batch=micro_batch, recompute=recompute,
             sequence_parallel=sequence_parallel, schedule=schedule,
-            virtual_stages=virtual_stages, zero1=zero1)
+            virtual_stages=virtual_stages, zero1=zero1, ep=ep)
         est = run_estimate(model, cl, plan, profiles=profiles,
-                           framework=framework_named(framework))
+                           framework=framework_named(framework),
+                           capacity_factor=capacity_factor)
         title = f"{model.name} on {cl.name}"
     if json_out:
-        print_json(est.to_dict())
+        record = est.to_dict()
+        if (plan.model or {}).get("num_experts"):
+            record["moe"] = {"capacity_factor": capacity_factor, "routing": "balanced on "
+                             "average; busiest expert at capacity_factor × the mean load"}
+        print_json(record)
     else:
-        _print(est, title)
+        _print(est, title, plan, capacity_factor)
     if not est.feasible:
         raise typer.Exit(EXIT_INFEASIBLE)
 
 
-def _print(est: Any, title: str) -> None:
+def _print(est: Any, title: str, plan: Any, capacity_factor: float) -> None:
     console.print(_table(est, title))
     price = ("" if est.usd_per_hour is None else
              f", ${est.usd_per_hour:.2f}/h, ${est.usd_per_million_tokens:.3f} per 1M tokens")
     console.print(f"iteration {est.iteration_time_s:.4f} s, {est.tokens_per_s:,.0f} tokens/s, "
                   f"MFU {100 * est.mfu:.1f} %, bubble {100 * est.bubble_fraction:.1f} %{price}")
+    if (plan.model or {}).get("num_experts"):
+        eps = sorted({st.ep or 1 for pipe in plan.pipelines for st in pipe.stages})
+        console.print(f"mixture of experts: ep {', '.join(map(str, eps))}; assumes balanced "
+                      f"routing with the busiest expert at {capacity_factor:g}× the mean load "
+                      "(capacity factor), priced on expert GEMMs and all-to-alls")
     for problem in est.problems:
         console.print(f"[red]infeasible:[/red] {problem}")

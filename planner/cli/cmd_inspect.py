@@ -34,6 +34,8 @@ def inspect_record(model: Any) -> dict[str, Any]:
     """The `--json` document: LayerGraph.to_dict() plus precision and the spec."""
     record = model.graph.to_dict()
     record["precision"] = model.precision
+    if any(layer.num_experts for layer in model.graph.layers):
+        record["active_params"] = model.graph.active_params
     record["spec"] = model.spec.to_dict() if model.spec is not None else None
     return record
 
@@ -101,3 +103,10 @@ def inspect(
         print_json(inspect_record(loaded))
         return
     console.print(_table(loaded, every_layer))
+    graph = loaded.graph
+    moe = [layer for layer in graph.layers if layer.num_experts]
+    if moe:
+        console.print(f"mixture of experts: {len(moe)} blocks × {moe[0].num_experts} experts, "
+                      f"top-{moe[0].experts_per_token}; {human_count(graph.params)} parameters, "
+                      f"{human_count(graph.active_params)} active per token. FLOPs and "
+                      "activations assume balanced routing (each expert gets T·k/E tokens).")

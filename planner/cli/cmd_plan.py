@@ -91,8 +91,8 @@ def _shape(plan: Any) -> str:
     """One line per distinct pipeline shape: replicas × stages (GPU×TP: layers)."""
     shapes: Counter[str] = Counter()
     for pipe in plan.pipelines:
-        shapes[" → ".join(f"{s.gpu}×{s.tp} [{s.layers[0]},{s.layers[1]})"
-                          for s in pipe.stages)] += 1
+        shapes[" → ".join(f"{s.gpu}×{s.tp}{f' ep{s.ep}' if s.ep else ''} "
+                          f"[{s.layers[0]},{s.layers[1]})" for s in pipe.stages)] += 1
     return "; ".join(f"{k} × {v}" for k, v in shapes.items())
 
 

@@ -20,11 +20,12 @@ from typing import Any
 
 from cost_models.compute import peak_tflops
 from cost_models.memory import inflight_microbatches
+from cost_models.moe import DEFAULT_CAPACITY_FACTOR
 from cost_models.profiles import ProfileSet
 from planner.cluster.model import Cluster, Node
 from planner.costing.framework import DEFAULT_FRAMEWORK, Framework
 from planner.costing.grad_sync import grad_sync_s
-from planner.costing.links import p2p_time_s
+from planner.costing.links import a2a_link, p2p_time_s
 from planner.costing.plan_check import check_against
 from planner.costing.resolve import resolve_cluster, resolve_model
 from planner.costing.result import Estimate, StageEstimate
@@ -45,11 +46,13 @@ class _Device:
     tp: int
     chunks: tuple[int, ...]
     costs: tuple[StageCost, ...]
+    ep: int = 1
 
 
 def estimate(model: Any, cluster: Cluster | None, plan: Plan, *,
              profiles: ProfileSet | None = None, precision: str | None = None,
-             overlap_dp: bool = False, framework: Framework = DEFAULT_FRAMEWORK) -> Estimate:
+             overlap_dp: bool = False, framework: Framework = DEFAULT_FRAMEWORK,
+             capacity_factor: float = DEFAULT_CAPACITY_FACTOR) -> Estimate:
     """Predict one training iteration of `plan`.
 
     `model`/`cluster` may be None when the plan embeds them; `profiles` defaults to the shipped
@@ -58,7 +61,8 @@ def estimate(model: Any, cluster: Cluster | None, plan: Plan, *,
     (forward and backward: FSDP and Megatron's distributed optimizer gather parameters during
     the forward and reduce gradients during the backward) instead of running it after the
     flush. `framework` describes the executing framework where it changes the cost (default:
-    hetplan's runtime; `planner.costing.framework`).
+    hetplan's runtime; `planner.costing.framework`). `capacity_factor`: a mixture-of-experts
+    layer's busiest expert carries this many times the balanced load (`cost_models/moe.py`).
     """
     graph, spec_precision = resolve_model(model, plan)
     precision = precision or spec_precision
@@ -79,14 +83,21 @@ def estimate(model: Any, cluster: Cluster | None, plan: Plan, *,
         s_count = len(pipe.stages) // v
         costs: list[StageCost] = []
         chunk_nodes: list[Node] = []
-        for st in pipe.stages:
+        for j, st in enumerate(pipe.stages):
             node = rank_node[st.ranks[0]]
             gpu = node.group.gpu
+            ep = st.ep or 1
+            ep_link = None
+            if ep > 1:  # one GPU per pipeline of the stage's ep-block (schema.py)
+                block = range(p // ep * ep, p // ep * ep + ep)
+                ep_link = a2a_link([rank_node[plan.pipelines[q].stages[j].ranks[0]]
+                                    for q in block], used_gpus, latency_s)
             costs.append(stage_cost(
                 graph, st.layers[0], st.layers[1], gpu, st.tp, mb, st.recompute,
                 precision=precision, sequence_parallel=plan.sequence_parallel,
                 intra_node_gb_per_s=node.group.intra_node_gb_per_s,
-                intra_node_link=node.group.intra_node, profiles=profiles, framework=framework))
+                intra_node_link=node.group.intra_node, profiles=profiles, framework=framework,
+                ep=ep, ep_link=ep_link, capacity_factor=capacity_factor))
             chunk_nodes.append(node)
         pipe_costs.append(costs)
         sends.append([
@@ -96,7 +107,8 @@ def estimate(model: Any, cluster: Cluster | None, plan: Plan, *,
         devices.append([
             _Device(p, d, chunk_nodes[d], pipe.stages[d].tp,
                     tuple(range(d, len(costs), s_count)),
-                    tuple(costs[j] for j in range(d, len(costs), s_count)))
+                    tuple(costs[j] for j in range(d, len(costs), s_count)),
+                    pipe.stages[d].ep or 1)
             for d in range(s_count)])
 
     dp_sync, tied_sync = grad_sync_s(graph, plan, devices, used_gpus, latency_s, framework)
@@ -177,8 +189,9 @@ def _stage_row(plan: Plan, d: _Device, max_inflight: int, s_count: int,
         p2p_bytes=d.costs[-1].p2p_bytes,
         optimizer_step_s=sum(c.optimizer_step_s for c in d.costs),
         recompute_transient_bytes=max(c.recompute_transient_bytes for c in d.costs),
-        recompute_s=sum(c.recompute_s for c in d.costs))
-    peak = stage_peak_memory_gib(merged, inflight, shard)
+        recompute_s=sum(c.recompute_s for c in d.costs),
+        expert_optimizer_bytes_per_gpu=sum(c.expert_optimizer_bytes_per_gpu for c in d.costs))
+    peak = stage_peak_memory_gib(merged, inflight, shard, d.ep)
     gpu = d.node.group.gpu
     stages = pipe.stages
     first, last = stages[d.chunks[0]], stages[d.chunks[-1]]

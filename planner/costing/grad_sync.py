@@ -95,10 +95,17 @@ def grad_sync_s(graph: LayerGraph, plan: Plan, devices: Sequence[Sequence[SyncDe
     if n_pipes == 1:
         return dp_out, tied_out
     for li, layer in enumerate(graph.layers):
-        own = layer.params - moved[li]
+        ds = [devices[p][holder[p][li]] for p in range(n_pipes)]
+        ep = max(getattr(d, "ep", 1) for d in ds)
+        experts = layer.expert_params if ep > 1 else 0
+        own = layer.params - moved[li] - experts
         if own > 0:
-            ds = [devices[p][holder[p][li]] for p in range(n_pipes)]
             ring(own * grad_bytes / shard(layer, ds), ds, used_gpus, dp_out)
+        # Expert parallelism: expert shard k lives on the k-th pipeline of every ep-block, so
+        # each shard's gradient all-reduce runs over those pipelines only (expert-data-parallel).
+        for k in range(ep if experts else 0):
+            members = [d for p, d in enumerate(ds) if p % ep == k]
+            ring(experts / ep * grad_bytes / shard(layer, members), members, used_gpus, dp_out)
     for li, copies in copies_dp:  # the copies' own data-parallel all-reduce
         if len(copies) > 1:
             layer = graph.layers[li]

@@ -13,7 +13,7 @@ from cost_models.comm import Link, p2p_s, ring_allreduce_s
 from cost_models.efficiency import LINK_EFFICIENCY, LINK_LATENCY_S
 from planner.cluster.model import Node
 
-__all__ = ["intra_link", "link_of_kind", "nic_link", "p2p_time_s", "ring_time_s"]
+__all__ = ["a2a_link", "intra_link", "link_of_kind", "nic_link", "p2p_time_s", "ring_time_s"]
 
 
 def link_of_kind(kind: str | None, gb_per_s: float) -> Link:
@@ -82,3 +82,25 @@ def ring_time_s(nbytes: float, members: Sequence[Node], used_gpus: dict[str, int
         link = nl if link is None else link.slower(nl)
     assert link is not None
     return ring_allreduce_s(nbytes, n, link)
+
+
+def a2a_link(members: Sequence[Node], used_gpus: dict[str, int], latency_s: float) -> Link:
+    """The link an expert-parallel all-to-all over one GPU on each of `members` sees, as one
+    `Link` for `alltoall_s`. On one node: the intra-node link. Across nodes a GPU's traffic
+    to peers on other nodes (the larger part) leaves through its node's NIC, which every GPU
+    in use there drives at once; the link's bandwidth is scaled so that alltoall_s charges
+    exactly those off-node bytes at that NIC share (the on-node part overlaps on NVLink)."""
+    names = [m.name for m in members]
+    if len(set(names)) == 1:
+        return intra_link(members[0])
+    n = len(members)
+    link: Link | None = None
+    for node in {m.name: m for m in members}.values():
+        on_node = names.count(node.name)
+        off = n - on_node  # peers a GPU here reaches through the NIC
+        in_use = max(used_gpus.get(node.name, on_node), on_node)
+        nic = nic_link(node, 1 / in_use, latency_s)
+        scaled = Link(nic.gb_per_s * (n - 1) / off, nic.latency_s)
+        link = scaled if link is None else link.slower(scaled)
+    assert link is not None
+    return link

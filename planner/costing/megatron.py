@@ -45,10 +45,26 @@ def _spec_dict(model: Any) -> dict[str, Any] | None:
     return spec.model_dump(mode="json") if hasattr(spec, "model_dump") else dict(spec)
 
 
+def _check_ep(graph: Any, ep: int, dp: int) -> None:
+    """Expert parallelism runs over consecutive data-parallel replicas (Megatron's EP ⊆ DP)."""
+    if ep == 1:
+        return
+    experts = max((layer.num_experts for layer in graph.layers), default=0)
+    if ep < 1 or not experts:
+        raise HetplanError(f"--ep {ep}: model {graph.name} has no experts; use --ep 1"
+                           if experts == 0 else f"--ep must be >= 1, got {ep}")
+    if experts % ep:
+        raise HetplanError(f"--ep {ep} does not divide the {experts} experts; pick a divisor")
+    if dp % ep:
+        raise HetplanError(f"--ep {ep} must divide --dp {dp}: experts are split over groups "
+                           "of ep data-parallel replicas")
+
+
 def megatron_plan(model: Any, cluster: Cluster, *, tp: int, pp: int, dp: int, micro_batch: int,
                   global_batch: int, recompute: str = "none", sequence_parallel: bool = False,
                   schedule: str = "1f1b", virtual_stages: int = 1,
-                  layers_per_stage: Sequence[int] | None = None, zero1: bool = False) -> Plan:
+                  layers_per_stage: Sequence[int] | None = None, zero1: bool = False,
+                  ep: int = 1) -> Plan:
     """Build the plan for a Megatron-style config over `cluster`'s nodes (see module doc)."""
     graph, _ = resolve_model(model)
     for name, value in (("tp", tp), ("pp", pp), ("dp", dp), ("micro_batch", micro_batch),
@@ -64,6 +80,7 @@ def megatron_plan(model: Any, cluster: Cluster, *, tp: int, pp: int, dp: int, mi
     if bad:
         raise HetplanError(f"--tp {tp} does not divide layer {bad[0].name}'s heads and FFN "
                            f"width (tp must divide {bad[0].max_tp}); pick a divisor of it")
+    _check_ep(graph, ep, dp)
     world = tp * pp * dp
     slots = [(node.name, local) for node in cluster.nodes
              for local in range(node.group.gpus_per_node)]
@@ -102,7 +119,7 @@ def megatron_plan(model: Any, cluster: Cluster, *, tp: int, pp: int, dp: int, mi
                                    "that divides the GPUs per node")
             stages.append(Stage(layers=(bounds[j], bounds[j + 1]),
                                 gpu=group_gpu[slots[ranks[0]][0]], tp=tp, ranks=ranks,
-                                recompute=recompute))
+                                recompute=recompute, ep=ep if ep > 1 else None))
         pipelines.append(Pipeline(microbatches=per_pipe, stages=tuple(stages)))
     ranks_table = tuple(RankInfo(rank=r, node=slots[r][0], local_rank=slots[r][1])
                         for r in range(world))

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from itertools import accumulate
 
-from cost_models.comm import Link, allreduce_s
+from cost_models.comm import Link, allreduce_s, alltoall_s
 from cost_models.compute import LayerWork, adam_step_s, gemm_s, layer_compute_s, memory_s
 from cost_models.efficiency import KERNELS_PER_BLOCK_FWD, compute_constants
 from cost_models.gpu import GpuSpec
@@ -22,6 +22,7 @@ from cost_models.memory import (
     optimizer_bytes_per_param,
     state_bytes_per_param,
 )
+from cost_models.moe import DEFAULT_CAPACITY_FACTOR
 from cost_models.profiles import ProfileSet, default_profiles
 from planner.costing.framework import DEFAULT_FRAMEWORK, Framework
 from planner.costing.links import link_of_kind
@@ -60,6 +61,9 @@ class StageCost:
     """Extra bytes the backward of one recomputed layer needs at once (0 without recompute)."""
     recompute_s: float = 0.0
     """The part of `bwd_s` spent re-running forward work (drawn apart in Gantt charts)."""
+    expert_optimizer_bytes_per_gpu: float = 0.0
+    """The part of `optimizer_bytes_per_gpu` in routed experts: ZeRO-1 shards it over the
+    expert-data-parallel group (DP / ep), not over DP."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +84,8 @@ class LayerCostTable:
     optimizer_bytes_per_param: float
     recompute_s: tuple[float, ...] = (0.0,)
     """Prefix sums of the recompute part of `bwd_s`."""
+    expert_params: tuple[float, ...] = ()
+    """Prefix sums of routed-expert parameters per GPU (empty: none)."""
     ties: tuple[tuple[int, int, float, float], ...] = ()
     """(layer, owner layer, parameters per GPU, Adam step s) of each tied weight a layer uses
     but another counts: a stage holding the layer and not its owner keeps a copy."""
@@ -111,6 +117,9 @@ class LayerCostTable:
             optimizer_step_s=self.update_s[end] - self.update_s[start] + copy_update,
             recompute_transient_bytes=max(self.transient_bytes[start:end]),
             recompute_s=self.recompute_s[end] - self.recompute_s[start],
+            expert_optimizer_bytes_per_gpu=(
+                (self.expert_params[end] - self.expert_params[start])
+                * self.optimizer_bytes_per_param if self.expert_params else 0.0),
         )
 
 
@@ -135,13 +144,21 @@ def tp_split(layer: Layer, fw: Framework = DEFAULT_FRAMEWORK, tp: int = 1) -> bo
 
 def _layer_costs(layer: Layer, graph: LayerGraph, gpu: GpuSpec, tp: int, mb: int,
                  recompute: str, precision: str, sp: bool, link: Link,
-                 profiles: ProfileSet, fw: Framework = DEFAULT_FRAMEWORK) -> tuple[float, ...]:
+                 profiles: ProfileSet, fw: Framework = DEFAULT_FRAMEWORK,
+                 moe: tuple[int, Link | None, float] = (1, None, DEFAULT_CAPACITY_FACTOR),
+                 ) -> tuple[float, ...]:
     """(fwd, bwd, bwd_weight, params/GPU, activation bytes/GPU, update, transient, recompute)
-    of one layer; `bwd` includes the recompute time."""
+    of one layer; `bwd` includes the recompute time. `moe` is (expert-parallel degree, the
+    all-to-all's link, capacity factor) for a mixture-of-experts layer."""
     b, t = mb, tp
     split = tp_split(layer, fw, t)
     ts = t if split else 1
-    params = layer.params / ts
+    ep, ep_link, capacity = moe
+    # Expert parallelism splits the routed experts over ep GPUs (each still TP-split).
+    params = (layer.params - layer.expert_params * (1 - 1 / ep)) / ts
+    # The busiest expert's extra tokens beyond the balanced load (cost_models/moe.py): its
+    # GEMMs forward, and dgrad + wgrad backward.
+    extra = (capacity - 1.0) * layer.fwd_expert_flops if layer.num_experts else 0.0
     mm_frac = layer.fwd_matmul_flops / layer.fwd_flops if layer.fwd_flops > 0 else 0.0
     mem_share = (1 / t if sp else 0.5 + 0.5 / t) if split else 1.0
     if layer.kind == "block":  # fused kernels move less than the eager graph (framework.py)
@@ -151,9 +168,9 @@ def _layer_costs(layer: Layer, graph: LayerGraph, gpu: GpuSpec, tp: int, mb: int
     # twice its forward and all activation gradient.
     skipped = (1.0 - fw.attention_flops_share) * layer.fwd_attention_flops
     work = LayerWork(
-        fwd_matmul_flops=b * (layer.fwd_matmul_flops - skipped) / ts,
-        bwd_act_matmul_flops=b * (layer.bwd_act_flops * mm_frac - 2 * skipped) / ts,
-        bwd_weight_matmul_flops=b * layer.bwd_weight_flops * mm_frac / ts,
+        fwd_matmul_flops=b * (layer.fwd_matmul_flops - skipped + extra) / ts,
+        bwd_act_matmul_flops=b * (layer.bwd_act_flops * mm_frac - 2 * skipped + extra) / ts,
+        bwd_weight_matmul_flops=b * (layer.bwd_weight_flops * mm_frac + extra) / ts,
         fwd_memory_bytes=b * layer.fwd_memory_bytes * mem_share,
         gemm_width=max(width, 1.0),
         kernels_fwd=_KERNELS.get(layer.kind, KERNELS_PER_BLOCK_FWD),
@@ -161,6 +178,10 @@ def _layer_costs(layer: Layer, graph: LayerGraph, gpu: GpuSpec, tp: int, mb: int
     fwd, bwd_act, bwd_w = layer_compute_s(work, gpu, precision)
     comm = (layer.tp_allreduces_fwd * allreduce_s(b * layer.tp_allreduce_bytes, t, link)
             if split else 0.0)
+    if ep > 1 and layer.num_experts and ep_link is not None:
+        # Dispatch and combine all-to-alls, forward and (mirrored) backward; each TP rank
+        # sends its 1/tp share of the routed token copies (Megatron's alltoall dispatcher).
+        comm += 2 * alltoall_s(b * layer.a2a_bytes * capacity / ts, ep, ep_link)
     update = adam_step_s(params, gpu)
     fwd, bwd = fwd + comm, bwd_act + bwd_w + comm
     prof, prof_tp = None, t
@@ -221,7 +242,8 @@ def _layer_costs(layer: Layer, graph: LayerGraph, gpu: GpuSpec, tp: int, mb: int
             b * (layer.activation_bytes - saved), 0.0, t, sp) + probs
     else:
         act += probs
-    return fwd, bwd, bwd_w, params, act, update, transient, bwd - no_recompute_bwd
+    experts = layer.expert_params / ep / ts if layer.num_experts else 0.0
+    return fwd, bwd, bwd_w, params, act, update, transient, bwd - no_recompute_bwd, experts
 
 
 def _attention_probs_bytes(layer: Layer, graph: LayerGraph, fw: Framework) -> float:
@@ -256,15 +278,21 @@ def layer_cost_table(graph: LayerGraph, gpu: GpuSpec, tp: int, micro_batch: int,
                      recompute: str, *, precision: str, sequence_parallel: bool = False,
                      intra_node_gb_per_s: float | None = None, intra_node_link: str | None = None,
                      profiles: ProfileSet | None = None,
-                     framework: Framework = DEFAULT_FRAMEWORK) -> LayerCostTable:
-    """Per-layer cost prefix sums for one configuration (cached on the graph's identity)."""
+                     framework: Framework = DEFAULT_FRAMEWORK, ep: int = 1,
+                     ep_link: Link | None = None,
+                     capacity_factor: float = DEFAULT_CAPACITY_FACTOR) -> LayerCostTable:
+    """Per-layer cost prefix sums for one configuration (cached on the graph's identity).
+
+    `ep` / `ep_link`: expert-parallel degree and its all-to-all link (mixture-of-experts
+    layers); `capacity_factor`: the busiest expert's load over the balanced one."""
     if tp < 1 or micro_batch < 1:
         raise ValueError(f"tp ({tp}) and micro_batch ({micro_batch}) must be >= 1")
     if recompute not in ("none", "selective", "full"):
         raise ValueError(f"recompute must be none, selective or full, got {recompute!r}")
     profiles = default_profiles() if profiles is None else profiles
     key = (id(graph), gpu.name, tp, micro_batch, recompute, precision, sequence_parallel,
-           intra_node_gb_per_s, intra_node_link, id(profiles), framework)
+           intra_node_gb_per_s, intra_node_link, id(profiles), framework, ep, ep_link,
+           capacity_factor)
     hit = _CACHE.get(key)
     if hit is not None and hit[0] is graph and hit[1] is profiles:
         return hit[2]
@@ -277,7 +305,8 @@ def layer_cost_table(graph: LayerGraph, gpu: GpuSpec, tp: int, micro_batch: int,
         contents = tuple(getattr(layer, f) for f in _CONTENT_FIELDS)
         if contents not in same:
             same[contents] = _layer_costs(layer, graph, gpu, tp, micro_batch, recompute,
-                                          precision, sequence_parallel, link, profiles, framework)
+                                          precision, sequence_parallel, link, profiles, framework,
+                                          (ep, ep_link, capacity_factor))
         rows.append(same[contents])
     cols = list(zip(*rows, strict=True))
 
@@ -293,6 +322,7 @@ def layer_cost_table(graph: LayerGraph, gpu: GpuSpec, tp: int, micro_batch: int,
         optimizer_bytes_per_param=optimizer_bytes_per_param(precision),
         recompute_s=prefix(cols[7]),
         ties=_ties(graph, gpu, tp, framework),
+        expert_params=prefix(cols[8]) if any(cols[8]) else (),
     )
     if len(_CACHE) >= _CACHE_MAX:
         _CACHE.clear()
@@ -304,7 +334,9 @@ def stage_cost(graph: LayerGraph, start: int, end: int, gpu: GpuSpec, tp: int, m
                recompute: str, *, precision: str, sequence_parallel: bool = False,
                intra_node_gb_per_s: float | None = None, intra_node_link: str | None = None,
                profiles: ProfileSet | None = None,
-               framework: Framework = DEFAULT_FRAMEWORK) -> StageCost:
+               framework: Framework = DEFAULT_FRAMEWORK, ep: int = 1,
+               ep_link: Link | None = None,
+               capacity_factor: float = DEFAULT_CAPACITY_FACTOR) -> StageCost:
     """Cost of layers [start, end) on a TP group of `tp` GPUs of type `gpu`, one micro-batch.
 
     `intra_node_gb_per_s` / `intra_node_link` describe the TP group's link (default: the GPU's
@@ -315,13 +347,18 @@ def stage_cost(graph: LayerGraph, start: int, end: int, gpu: GpuSpec, tp: int, m
     return layer_cost_table(
         graph, gpu, tp, micro_batch, recompute, precision=precision,
         sequence_parallel=sequence_parallel, intra_node_gb_per_s=intra_node_gb_per_s,
-        intra_node_link=intra_node_link, profiles=profiles, framework=framework).stage(start, end)
+        intra_node_link=intra_node_link, profiles=profiles, framework=framework, ep=ep,
+        ep_link=ep_link, capacity_factor=capacity_factor).stage(start, end)
 
 
 def stage_peak_memory_gib(cost: StageCost, inflight_microbatches: float,
-                          zero1_dp: int = 1) -> float:
-    """Peak memory of one GPU of the stage: model state (optimizer sharded over `zero1_dp`),
-    activations of the in-flight micro-batches, recompute transient, framework overhead."""
-    state = cost.static_bytes_per_gpu - cost.optimizer_bytes_per_gpu * (1 - 1 / max(zero1_dp, 1))
+                          zero1_dp: int = 1, ep: int = 1) -> float:
+    """Peak memory of one GPU of the stage: model state (optimizer sharded over `zero1_dp`;
+    routed experts' over zero1_dp / ep), activations of the in-flight micro-batches, recompute
+    transient, framework overhead."""
+    dense_opt = cost.optimizer_bytes_per_gpu - cost.expert_optimizer_bytes_per_gpu
+    expert_dp = max(zero1_dp // max(ep, 1), 1)
+    state = (cost.static_bytes_per_gpu - dense_opt * (1 - 1 / max(zero1_dp, 1))
+             - cost.expert_optimizer_bytes_per_gpu * (1 - 1 / expert_dp))
     act = cost.activation_bytes_per_microbatch * inflight_microbatches
     return (state + act + cost.recompute_transient_bytes) / GIB + FRAMEWORK_OVERHEAD_GIB

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import replace
 from functools import lru_cache
 from typing import Any
 
@@ -22,6 +23,7 @@ from planner.graph.layers import Layer, LayerGraph, LayerKind
 from planner.graph.measure import Recorder, RegionStats, measure_regions
 from planner.graph.spec import ModelSpec
 from planner.models import ChainModel, CoreAttention, build_model, loss_fn
+from planner.models.moe import MoE
 
 __all__ = ["dtype_bytes", "extract", "layer_graph_from_stats", "measure_chain_model",
            "torch_dtype"]
@@ -59,12 +61,14 @@ def measure_chain_model(model: ChainModel, seq_len: int) -> list[RegionStats]:
     tokens = torch.zeros(1, seq_len, dtype=torch.long, device=device)
     elements = model.chain()
     cores = [m for m in model.modules() if isinstance(m, CoreAttention) and m.impl == "math"]
+    experts = [e for m in model.modules() if isinstance(m, MoE) for e in m.experts]
     return measure_regions(
         lambda: loss_fn(model(tokens), tokens),
         _chain_hooks(elements),
         len(elements),
         list(model.parameters()),
         cores,
+        experts,
     )
 
 
@@ -155,7 +159,12 @@ def _spec_tp(spec: ModelSpec, index: int) -> tuple[int, tuple[int, ...], int, in
         # Vocab-parallel embedding / LM head (vocabulary padded per TP degree, as Megatron
         # does): one all-reduce of the hidden states (fwd for the embedding, bwd for the head).
         return spec.vocab_size, (), 1, h
-    dims = (spec.num_attention_heads, spec.num_kv_heads, spec.ffn_hidden_size)
+    dims: tuple[int, ...] = (spec.num_attention_heads, spec.num_kv_heads, spec.ffn_hidden_size)
+    if spec.is_moe_block(index - 1):  # experts (and the shared expert) split like an MLP
+        assert spec.moe_ffn_hidden_size is not None
+        dims = (spec.num_attention_heads, spec.num_kv_heads, spec.moe_ffn_hidden_size,
+                *((spec.shared_expert_ffn_hidden_size,) if spec.shared_expert_ffn_hidden_size
+                  else ()))
     return math.gcd(*dims), dims, 2, h
 
 
@@ -166,13 +175,30 @@ def extract(spec: ModelSpec, attn_impl: str = "sdpa", dropout: float = 0.0) -> L
     `attn_impl="math"` (with `dropout`) measures the op-by-op attention, which keeps the s×s
     probabilities; the default measures what the runtime's fused SDPA keeps."""
     precision = spec.training.precision
-    one_block = spec.replace(num_layers=1)
-    model = build_model(one_block, device="meta", dtype=torch_dtype(precision),
+    n = spec.num_layers
+    dense = spec.first_dense_layers if spec.is_moe else n
+    # One block of each kind: dense blocks first (DeepSeek's first_k_dense), then MoE blocks.
+    kinds = [k for k in (min(dense, 1), min(n - dense, 1)) if k]
+    one_of_each = spec.replace(num_layers=len(kinds), first_dense_layers=min(dense, 1)
+                               if spec.is_moe else 0)
+    model = build_model(one_of_each, device="meta", dtype=torch_dtype(precision),
                         attn_impl=attn_impl, dropout=dropout)  # type: ignore[arg-type]
     stats = measure_chain_model(model, spec.seq_len)
-    n = spec.num_layers
-    plan = [0, *([1] * n), 2]
+    moe_region = len(kinds)  # the last block measured is the MoE one (when there is one)
+    plan = [0, *([1] * dense), *([moe_region] * (n - dense)), len(kinds) + 1]
     names = ["embed", *(f"layers.{j}" for j in range(n)), "head"]
     tp = [_spec_tp(spec, i) for i in range(n + 2)]
-    return layer_graph_from_stats(spec.name, spec.seq_len, dtype_bytes(precision), stats, plan,
-                                  names=names, tp=tp, vocab_size=spec.vocab_size)
+    graph = layer_graph_from_stats(spec.name, spec.seq_len, dtype_bytes(precision), stats, plan,
+                                   names=names, tp=tp, vocab_size=spec.vocab_size)
+    if not spec.is_moe:
+        return graph
+    moe_block = model.layers[-1].mlp
+    expert_params = sum(p.numel() for p in moe_block.experts.parameters())
+    a2a = spec.seq_len * spec.num_experts_per_tok * spec.hidden_size * dtype_bytes(precision)
+    layers = tuple(
+        replace(layer, num_experts=spec.num_experts,
+                experts_per_token=spec.num_experts_per_tok, expert_params=expert_params,
+                fwd_expert_flops=stats[moe_region].fwd_expert_flops, a2a_bytes=float(a2a))
+        if plan[layer.index] == moe_region and layer.kind == "block" else layer
+        for layer in graph.layers)
+    return replace(graph, layers=layers)

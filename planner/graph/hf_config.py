@@ -1,6 +1,7 @@
 """Translate a HuggingFace `config.json` into ModelSpec fields.
 
-Supported `model_type`s: llama, mistral, qwen2 (all: RMSNorm, SwiGLU, RoPE, GQA → our
+Supported `model_type`s: llama, mistral, qwen2, and the mixture-of-experts mixtral,
+qwen2_moe and deepseek (DeepSeek-MoE) (all: RMSNorm, SwiGLU, RoPE, GQA → our
 `llama`), gpt2, gpt_neo, opt (→ our `gpt`). What our modules do not model is dropped
 and said so in `source`: Qwen2's q/k/v biases, OPT's narrower word-embedding projection
 (`word_embed_proj_dim`), post-norm and ReLU, GPT-Neo's local attention. `seq_len` is
@@ -16,7 +17,8 @@ from planner.errors import SpecError
 
 __all__ = ["from_hf_config", "looks_like_hf_config"]
 
-_LLAMA_LIKE = ("llama", "mistral", "qwen2")
+_LLAMA_LIKE = ("llama", "mistral", "qwen2", "mixtral", "qwen2_moe", "deepseek")
+_MOE = ("mixtral", "qwen2_moe", "deepseek")
 
 
 @dataclass(frozen=True)
@@ -58,6 +60,35 @@ def _gpt_ffn(data: dict[str, Any], keys: _GptKeys, where: str) -> Any:
     return data.get(keys.ffn) or None  # None: ModelSpec fills its gpt default, 4 × hidden
 
 
+def _moe_fields(data: dict[str, Any], model_type: str, where: str) -> dict[str, Any]:
+    """Mixture-of-experts fields: Mixtral (num_local_experts), Qwen-MoE (num_experts, a
+    sigmoid-gated shared expert), DeepSeek-MoE (n_routed_experts, n_shared_experts of
+    moe_intermediate_size each, the first first_k_dense_replace blocks dense)."""
+    k = _need(data, "num_experts_per_tok", where)
+    if model_type == "mixtral":
+        return {"num_experts": _need(data, "num_local_experts", where), "num_experts_per_tok": k,
+                "norm_topk_prob": True}
+    width = _need(data, "moe_intermediate_size", where)
+    if model_type == "qwen2_moe":
+        if data.get("decoder_sparse_step", 1) != 1 or data.get("mlp_only_layers"):
+            raise SpecError(where, "decoder_sparse_step", "only every block being a "
+                            "mixture-of-experts block is modelled (decoder_sparse_step 1, "
+                            "mlp_only_layers empty)")
+        shared = data.get("shared_expert_intermediate_size") or 0
+        return {"num_experts": _need(data, "num_experts", where), "num_experts_per_tok": k,
+                "moe_ffn_hidden_size": width, "shared_expert_ffn_hidden_size": shared,
+                "shared_expert_gate": bool(shared),
+                "norm_topk_prob": bool(data.get("norm_topk_prob", False))}
+    if data.get("moe_layer_freq", 1) != 1:
+        raise SpecError(where, "moe_layer_freq", "only every block after first_k_dense_replace "
+                        "being a mixture-of-experts block is modelled (moe_layer_freq 1)")
+    return {"num_experts": _need(data, "n_routed_experts", where), "num_experts_per_tok": k,
+            "moe_ffn_hidden_size": width,
+            "shared_expert_ffn_hidden_size": width * (data.get("n_shared_experts") or 0),
+            "first_dense_layers": data.get("first_k_dense_replace", 0) or 0,
+            "norm_topk_prob": bool(data.get("norm_topk_prob", False))}
+
+
 def from_hf_config(data: dict[str, Any], where: str, *, default_name: str) -> dict[str, Any]:
     """ModelSpec fields (a dict, validated later) for a HuggingFace config."""
     model_type = data.get("model_type")
@@ -81,8 +112,10 @@ def from_hf_config(data: dict[str, Any], where: str, *, default_name: str) -> di
             "norm_eps": data.get("rms_norm_eps", 1e-6),
             "rope_theta": data.get("rope_theta", 10000.0),
         }
-        if model_type == "qwen2":
+        if model_type in ("qwen2", "qwen2_moe"):
             note += "; q/k/v biases not modelled"
+        if model_type in _MOE:
+            out.update(_moe_fields(data, model_type, where))
     elif model_type in _GPT_LIKE:
         keys = _GPT_LIKE[model_type]
         hidden = _need(data, keys.hidden, where)

@@ -66,6 +66,18 @@ class Layer:
     tp_dims: tuple[int, ...] = ()
     """Sizes a TP degree must divide (heads, KV heads, FFN width); empty: any degree up to
     `max_tp` (the embedding and head split a vocabulary Megatron-style, padded)."""
+    num_experts: int = 0
+    """Routed experts of a mixture-of-experts block (0: dense)."""
+    experts_per_token: int = 0
+    """Top-k of the router: routed copies of each token."""
+    expert_params: int = 0
+    """The part of `params` in routed experts: what expert parallelism divides."""
+    fwd_expert_flops: float = 0.0
+    """The part of `fwd_matmul_flops` in routed experts (top-k tokens, balanced routing)."""
+    a2a_bytes: float = 0.0
+    """Bytes of the routed token copies per sequence (s·k·h at the activation dtype): what one
+    all-to-all (dispatch or combine) moves under expert parallelism, before the share that
+    stays on its own GPU."""
     vocab_size: int = 0
     """Embedding: rows of its token table; head: its logits' width; 0 elsewhere or unknown.
     hetplan's runtime splits them over TP only when the degree divides it (no padding)."""
@@ -111,6 +123,9 @@ class Layer:
             "tied_params": self.tied_params,
             "tied_to": self.tied_to,
             "vocab_size": self.vocab_size,
+            **({"num_experts": self.num_experts, "experts_per_token": self.experts_per_token,
+                "expert_params": self.expert_params, "fwd_expert_flops": self.fwd_expert_flops,
+                "a2a_bytes": self.a2a_bytes} if self.num_experts else {}),
         }
 
     @classmethod
@@ -136,6 +151,13 @@ class LayerGraph:
     @property
     def params(self) -> int:
         return sum(layer.params for layer in self.layers)
+
+    @property
+    def active_params(self) -> float:
+        """Parameters one token passes through: routed experts count top-k of them."""
+        return sum(layer.params - layer.expert_params
+                   + layer.expert_params * layer.experts_per_token / max(layer.num_experts, 1)
+                   for layer in self.layers)
 
     @property
     def fwd_flops(self) -> float:

@@ -62,6 +62,8 @@ class RegionStats:
     fwd_matmul_flops: float = 0.0
     fwd_attention_flops: float = 0.0
     fwd_memory_bytes: float = 0.0
+    fwd_expert_flops: float = 0.0
+    """The part of `fwd_matmul_flops` run inside routed experts (mixture of experts)."""
     bwd_act_flops: float = 0.0
     bwd_flops: float = 0.0
     saved_bytes: float = 0.0
@@ -93,6 +95,7 @@ class Recorder:
         self.boundaries: dict[int, torch.Tensor] = {}
         self.core_depth = 0
         self.core_flash = False
+        self.expert_depth = 0
         self._param_keys = {_key(p): p for p in params}
         self._param_region: dict[int, int] = {}
         self._param_users: dict[int, set[int]] = {}
@@ -178,6 +181,8 @@ class Recorder:
             st.fwd_memory_bytes += moved
         if kind == "matmul":
             st.fwd_matmul_flops += flops
+            if self.expert_depth:
+                st.fwd_expert_flops += flops
         elif kind == "attention":
             st.fwd_matmul_flops += flops
             st.fwd_attention_flops += flops
@@ -273,12 +278,14 @@ def measure_regions(
     n_regions: int,
     params: Sequence[nn.Parameter],
     core_modules: Sequence[nn.Module] = (),
+    expert_modules: Sequence[nn.Module] = (),
 ) -> list[RegionStats]:
     """Run `forward` (which returns a tensor) once forward and twice backward, measuring.
 
     `install_hooks(rec)` registers the module hooks that call `rec.enter` / `rec.leave`
     and returns their handles. `core_modules` are op-by-op attention cores (their saved
-    tensors count as the core for selective recompute).
+    tensors count as the core for selective recompute); `expert_modules` are routed experts
+    (their forward FLOPs are also counted in `fwd_expert_flops`).
     """
     rec = Recorder(n_regions, params)
     handles = install_hooks(rec)
@@ -286,6 +293,11 @@ def measure_regions(
         handles.append(core.register_forward_pre_hook(
             lambda m, args: rec.enter_core(*args[:3], flash=False)))
         handles.append(core.register_forward_hook(lambda m, args, out: rec.exit_core()))
+    for expert in expert_modules:
+        handles.append(expert.register_forward_pre_hook(
+            lambda m, args: setattr(rec, "expert_depth", rec.expert_depth + 1)))
+        handles.append(expert.register_forward_hook(
+            lambda m, args, out: setattr(rec, "expert_depth", rec.expert_depth - 1)))
     try:
         with (
             torch.autograd.graph.saved_tensors_hooks(rec.pack, lambda t: t),

@@ -29,7 +29,13 @@ _PosInt = Annotated[int, Field(strict=True, gt=0)]
 _PosFloat = Annotated[float, Field(gt=0)]
 
 
-_DEFAULTED = ("num_kv_heads", "ffn_hidden_size", "tie_embeddings")
+_DEFAULTED = ("num_kv_heads", "ffn_hidden_size", "tie_embeddings", "moe_ffn_hidden_size")
+_MOE_FIELDS = ("num_experts", "num_experts_per_tok", "moe_ffn_hidden_size",
+               "shared_expert_ffn_hidden_size", "shared_expert_gate", "first_dense_layers",
+               "norm_topk_prob")
+_MOE_DEFAULTS = {"num_experts_per_tok": 0, "moe_ffn_hidden_size": None,
+                 "shared_expert_ffn_hidden_size": 0, "shared_expert_gate": False,
+                 "first_dense_layers": 0, "norm_topk_prob": True}
 
 
 class _FieldError(ValueError):
@@ -83,6 +89,20 @@ class ModelSpec(BaseModel):
     norm_eps: _PosFloat = 1e-5
     rope_theta: _PosFloat = 10000.0
     """RoPE base (llama only)."""
+    num_experts: Annotated[int, Field(strict=True, ge=0)] = 0
+    """Routed experts per mixture-of-experts layer (llama only); 0: every MLP is dense."""
+    num_experts_per_tok: Annotated[int, Field(strict=True, ge=0)] = 0
+    """Top-k: experts each token is routed to (1..num_experts when num_experts > 0)."""
+    moe_ffn_hidden_size: _PosInt | None = None
+    """Inner width of one routed expert (SwiGLU); defaults to ffn_hidden_size."""
+    shared_expert_ffn_hidden_size: Annotated[int, Field(strict=True, ge=0)] = 0
+    """Inner width of the always-on shared expert(s), summed (DeepSeek-MoE, Qwen-MoE); 0: none."""
+    shared_expert_gate: bool = False
+    """The shared expert's output is scaled by sigmoid(x·w) (Qwen-MoE)."""
+    first_dense_layers: Annotated[int, Field(strict=True, ge=0)] = 0
+    """The first k blocks keep a dense MLP of ffn_hidden_size (DeepSeek's first_k_dense_replace)."""
+    norm_topk_prob: bool = True
+    """Renormalise the top-k routing weights to sum to 1 (Mixtral); false: raw softmax (Qwen)."""
     source: str = ""
     """Where the numbers come from (paper, model card, config file)."""
     training: TrainingSpec = TrainingSpec()
@@ -100,6 +120,8 @@ class ModelSpec(BaseModel):
         hidden = data.get("hidden_size")
         if "ffn_hidden_size" not in data and isinstance(hidden, int) and arch in ("gpt", "llama"):
             data["ffn_hidden_size"] = default_ffn_hidden_size(arch, hidden)
+        if data.get("num_experts") and "moe_ffn_hidden_size" not in data:
+            data["moe_ffn_hidden_size"] = data.get("ffn_hidden_size")
         if "tie_embeddings" not in data and arch in ("gpt", "llama"):
             data["tie_embeddings"] = arch == "gpt"
         return data
@@ -125,7 +147,35 @@ class ModelSpec(BaseModel):
                 f"head size hidden_size/num_attention_heads = {h // a} is odd; RoPE needs "
                 "an even head size",
             )
+        self._check_moe()
         return self
+
+    def _check_moe(self) -> None:
+        e, k = self.num_experts, self.num_experts_per_tok
+        if e == 0:
+            extra = [f for f in _MOE_FIELDS[1:] if getattr(self, f) != _MOE_DEFAULTS[f]]
+            if extra:
+                raise _FieldError(extra[0], "set for a dense model; set num_experts > 0 for a "
+                                  "mixture-of-experts model, or remove it")
+            return
+        if self.architecture != "llama":
+            raise _FieldError("num_experts", "mixture-of-experts layers are modelled for the "
+                              "llama architecture (SwiGLU experts) only; use architecture: llama")
+        if not 1 <= k <= e:
+            raise _FieldError("num_experts_per_tok", f"{k} must be between 1 and num_experts "
+                              f"({e}); it is the top-k of the router")
+        if self.first_dense_layers >= self.num_layers:
+            raise _FieldError("first_dense_layers", f"{self.first_dense_layers} leaves no "
+                              f"mixture-of-experts block among {self.num_layers} layers; "
+                              "lower it or set num_experts: 0")
+
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 0
+
+    def is_moe_block(self, block: int) -> bool:
+        """Whether block `block` (0-based, not the chain index) has routed experts."""
+        return self.num_experts > 0 and block >= self.first_dense_layers
 
     @property
     def head_dim(self) -> int:
@@ -137,8 +187,13 @@ class ModelSpec(BaseModel):
         return self.num_layers + 2
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain JSON-able dict with every field (for embedding into plans)."""
-        return self.model_dump(mode="json")
+        """Plain JSON-able dict with every field (for embedding into plans); a dense model
+        leaves out the mixture-of-experts fields (all at their defaults)."""
+        data = self.model_dump(mode="json")
+        if not self.is_moe:
+            for f in _MOE_FIELDS:
+                data.pop(f, None)
+        return data
 
     @classmethod
     def from_dict(cls, data: Any, where: str = "model") -> ModelSpec:

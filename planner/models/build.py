@@ -7,6 +7,8 @@ would: partitions need no weight broadcast.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import nn
 
@@ -14,7 +16,7 @@ from planner.graph.spec import ModelSpec
 from planner.models.attention import AttentionImpl
 from planner.models.chain import Block, ChainModel, Embedding, Head
 
-__all__ = ["build_element", "build_model", "element_seed", "reset_parameters_for"]
+__all__ = ["build_element", "build_model", "element_seed", "moe_kwargs", "reset_parameters_for"]
 
 _INIT_STD = 0.02  # GPT-2 / Megatron default
 _OUT_PROJECTIONS = ("o", "fc2", "w2")  # residual-branch outputs, scaled by depth
@@ -73,7 +75,17 @@ def _construct(spec: ModelSpec, index: int, attn_impl: AttentionImpl, dropout: f
                  num_heads=spec.num_attention_heads, num_kv_heads=spec.num_kv_heads,
                  ffn_hidden_size=spec.ffn_hidden_size, norm_eps=spec.norm_eps,
                  rope_theta=spec.rope_theta, num_layers=spec.num_layers,
-                 attn_impl=attn_impl, dropout=dropout)
+                 attn_impl=attn_impl, dropout=dropout, moe=moe_kwargs(spec, index - 1))
+
+
+def moe_kwargs(spec: ModelSpec, block: int) -> dict[str, Any] | None:
+    """`MoE`'s keyword arguments for block `block` (0-based), or None for a dense block."""
+    if not spec.is_moe_block(block):
+        return None
+    return {"ffn_hidden_size": spec.moe_ffn_hidden_size, "num_experts": spec.num_experts,
+            "top_k": spec.num_experts_per_tok,
+            "shared_ffn_hidden_size": spec.shared_expert_ffn_hidden_size,
+            "shared_gate": spec.shared_expert_gate, "norm_topk_prob": spec.norm_topk_prob}
 
 
 def build_element(spec: ModelSpec, index: int, *, device: str | torch.device = "meta",

@@ -6,12 +6,15 @@ order as the LayerGraph, so a pipeline stage is a contiguous slice of `chain()`.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from planner.models.attention import Attention, AttentionImpl
 from planner.models.mlp import GeluMLP, SwiGLU
+from planner.models.moe import MoE
 from planner.models.ops import dropout
 
 __all__ = ["Block", "ChainModel", "Embedding", "Head", "loss_fn"]
@@ -40,7 +43,7 @@ class Block(nn.Module):
     def __init__(self, *, architecture: str, hidden_size: int, num_heads: int,
                  num_kv_heads: int, ffn_hidden_size: int, norm_eps: float, rope_theta: float,
                  num_layers: int, attn_impl: AttentionImpl = "sdpa",
-                 dropout: float = 0.0) -> None:
+                 dropout: float = 0.0, moe: dict[str, Any] | None = None) -> None:
         super().__init__()
         gpt = architecture == "gpt"
         norm = nn.LayerNorm if gpt else nn.RMSNorm
@@ -49,7 +52,9 @@ class Block(nn.Module):
                               rope_theta=None if gpt else rope_theta, impl=attn_impl,
                               dropout=dropout)
         self.mlp_norm = norm(hidden_size, eps=norm_eps)
-        self.mlp = (GeluMLP if gpt else SwiGLU)(hidden_size, ffn_hidden_size)
+        # `moe`: MoE's keyword arguments (a mixture-of-experts block), None for a dense MLP.
+        self.mlp = (MoE(hidden_size, **moe) if moe is not None
+                    else (GeluMLP if gpt else SwiGLU)(hidden_size, ffn_hidden_size))
         self.dropout = dropout
         # GPT-2's scaled init of the residual-branch outputs keeps the residual stream's
         # variance flat with depth.

@@ -80,7 +80,18 @@ def shrink_plan(plan: Plan, max_ranks: int = 16) -> tuple[Plan, list[str]]:
     and (when it has more than max_ranks ranks) one pipeline of each distinct shape."""
     notes: list[str] = []
     keep = list(range(len(plan.pipelines)))
-    if len(plan.ranks) > max_ranks:
+    block = math.lcm(*(st.ep or 1 for pipe in plan.pipelines for st in pipe.stages))
+    if len(plan.ranks) > max_ranks and block > 1:
+        # Expert-parallel pipelines run in lockstep: keep the first whole ep-block.
+        used = len({r for pipe in plan.pipelines[:block] for st in pipe.stages for r in st.ranks})
+        if used > max_ranks:
+            raise HetplanError(f"the first expert-parallel block (pipelines 0..{block - 1}) "
+                               f"uses {used} ranks; dryrun runs at most {max_ranks} processes "
+                               "(raise --max-ranks if this machine has the cores and memory)")
+        keep = list(range(block))
+        notes.append(f"the plan has {len(plan.ranks)} ranks; dryrun keeps pipelines 0..{block - 1}"
+                     f" (one expert-parallel block, {used} ranks)")
+    elif len(plan.ranks) > max_ranks:
         sizes = [len({r for st in pipe.stages for r in st.ranks}) for pipe in plan.pipelines]
         if sizes[0] > max_ranks:
             raise HetplanError(f"pipeline 0 alone uses {sizes[0]} ranks; dryrun runs at most "

@@ -14,7 +14,9 @@ import torch
 import torch.distributed as dist
 
 from planner.errors import HetplanError
+from planner.models.moe import MoE
 from planner.runtime.comm import Channel, MessageId, make_groups
+from planner.runtime.experts import ExpertParallel, ep_group, ep_groups
 from planner.runtime.grads import clip_grad_norm, local_tensor, sync_gradients, sync_rules
 from planner.runtime.scaler import LossScaler
 from planner.runtime.schedule import Action, pipeline_actions
@@ -84,6 +86,20 @@ def _agree(value: Any, what: str) -> None:
         raise HetplanError(f"torch ranks 0 and {bad} disagree on {what}")
 
 
+def _expert_parallel(block: Any, plan: Plan, ch: Chunk, rank: int,
+                     groups: dict[tuple[int, ...], dist.ProcessGroup]) -> None:
+    """Route a mixture-of-experts block's experts over its stage's ep-group (experts.py)."""
+    members = ep_group(plan, ch.pipeline, ch.index, rank)
+    if members is None:
+        return
+    for m in block.modules():
+        if isinstance(m, MoE):
+            if m.num_experts % len(members):
+                raise HetplanError(f"pipelines.{ch.pipeline}.stages.{ch.index}: ep "
+                                   f"{len(members)} does not divide {m.num_experts} experts")
+            m.dispatch = ExpertParallel(groups[members], len(members))
+
+
 class Runner:
     """This rank's chunks of the model, ready to run train steps of the plan."""
 
@@ -108,7 +124,8 @@ class Runner:
 
         # Collective: every rank creates every group in one order. Ranks that disagree on the
         # list (a model factory that differs between ranks) would hang in new_group instead.
-        wanted = list(tp_groups(plan)) + [g for r in rules.values() for g in r.groups]
+        wanted = (list(tp_groups(plan)) + [g for r in rules.values() for g in r.groups]
+                  + ep_groups(plan))
         _agree(sorted(set(wanted)), "the process groups (same model on every rank?)")
         self.groups = make_groups(wanted, to_torch, rank)
         my_tp = view.chunks[0].ranks
@@ -143,6 +160,7 @@ class Runner:
                         elif plan.sequence_parallel and not self.notes:
                             self.notes.append(f"sequence_parallel: block {e} lacks attn_norm/"
                                               "attn/mlp_norm/mlp; such blocks run without SP")
+                    _expert_parallel(m, plan, ch, rank, self.groups)
                     apply_recompute(m, ch.recompute)
             self.chunks.append(ChunkModule(elems, frozenset(sp), mesh))
 

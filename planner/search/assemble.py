@@ -27,11 +27,11 @@ PLACEMENTS = ("pipeline", "replica")
 
 @dataclass(frozen=True, slots=True)
 class PipelineClass:
-    """`replicas` identical pipelines; option index -> (cluster group, tp)."""
+    """`replicas` identical pipelines; option index -> (cluster group, tp, ep)."""
 
     template: Template
     replicas: int
-    devices: tuple[tuple[int, int], ...]
+    devices: tuple[tuple[int, ...], ...]
 
 
 def split_microbatches(total: int, pipelines: Sequence[tuple[float, float, int]],
@@ -102,7 +102,7 @@ def build_plan(cluster: Cluster, classes: Sequence[PipelineClass], microbatches:
     requests: list[tuple[int, int, tuple[int, int, int]]] = []
     for p_idx, (c_idx, _) in enumerate(pipes):
         for s_idx, st in enumerate(classes[c_idx].template.stages):
-            g_idx, tp = classes[c_idx].devices[st.option]
+            g_idx, tp = classes[c_idx].devices[st.option][:2]
             requests.append((g_idx, tp, (p_idx, s_idx, g_idx)))
     if placement == "replica":
         requests.sort(key=lambda q: (q[2][1], q[2][0]))
@@ -118,11 +118,13 @@ def build_plan(cluster: Cluster, classes: Sequence[PipelineClass], microbatches:
         cls = classes[c_idx]
         stages = []
         for s_idx, st in enumerate(cls.template.stages):
-            g_idx, tp = cls.devices[st.option]
+            g_idx, tp, *more = cls.devices[st.option]
+            ep = more[0] if more else 1  # (group, tp, ep): expert parallelism over the replicas
             name, locs = where[(p_idx, s_idx, g_idx)]
             ranks = tuple(rank_of[(node_order[name], x)] for x in locs)
             stages.append(Stage(layers=(st.start, st.end), gpu=cluster.groups[g_idx].gpu.name,
-                                tp=tp, ranks=ranks, recompute=RECOMPUTE[st.recompute]))
+                                tp=tp, ranks=ranks, recompute=RECOMPUTE[st.recompute],
+                                ep=ep if ep > 1 else None))
         pipelines.append(Pipeline(microbatches=microbatches[p_idx], stages=tuple(stages)))
     ranks = tuple(RankInfo(rank=r, node=names[n], local_rank=loc)
                   for (n, loc), r in sorted(rank_of.items(), key=lambda kv: kv[1]))

@@ -32,7 +32,7 @@ from planner.search.assemble import PLACEMENTS, PipelineClass, build_plan
 from planner.search.bounds import layer_bound
 from planner.search.hetero import heterogeneous_plans, shortlist
 from planner.search.partition import Option, objective, solve
-from planner.search.tables import OptionCosts, option_costs, tp_degrees
+from planner.search.tables import OptionCosts, ep_degrees, option_costs, tp_degrees
 
 __all__ = ["OBJECTIVES", "Search", "default_batch", "model_spec", "plan_key"]
 
@@ -107,6 +107,7 @@ class Search:
         self.state_bytes = state_bytes_per_param(precision)
         self.opt_bytes = optimizer_bytes_per_param(precision)
         self.memo: dict[tuple, list[PipelineClass]] = {}
+        self.experts = sum(layer.expert_params for layer in graph.layers)
         self.fits: dict[tuple, tuple] = {}
         self.tails: dict[tuple, np.ndarray] = {}
         self.steps: list[tuple[int, str]] = []
@@ -122,23 +123,27 @@ class Search:
     def options(self, b: int) -> list[OptionCosts]:
         out = []
         for g_idx, group in enumerate(self.cluster.groups):
-            for tp in tp_degrees(group, self.graph):
-                key = (g_idx, tp, b)
+            for tp, ep in itertools.product(tp_degrees(group, self.graph),
+                                            ep_degrees(self.graph)):
+                key = (g_idx, tp, b, ep)
                 if key not in self.costs:
                     self.costs[key] = option_costs(
                         self.graph, self.cluster, g_idx, tp, b, precision=self.precision,
                         sequence_parallel=self.sp, profiles=self.profiles,
-                        framework=self.framework)
+                        framework=self.framework, ep=ep)
                 out.append(self.costs[key])
         return out
 
     def island_options(self, opts: list[OptionCosts], island: tuple[int, ...], d: int,
-                       zero_dp: int, unit: int) -> tuple[list[Option], list[tuple[int, int]]]:
+                       zero_dp: int, unit: int, ep_replicas: int = 1,
+                       ) -> tuple[list[Option], list[tuple[int, int, int]]]:
+        """Options of `island`; expert parallelism only where its degree divides
+        `ep_replicas` (a class alone, its replicas sharing the micro-batches evenly)."""
         chosen, devices = [], []
         for c in opts:
-            if c.group not in island or c.tp < unit:
+            if c.group not in island or c.tp < unit or ep_replicas % c.ep:
                 continue
-            key = (c.group, c.tp, c.micro_batch, zero_dp, d)
+            key = (c.group, c.tp, c.micro_batch, zero_dp, d, c.ep)
             if key not in self.tails:
                 # Shared by every shape with this option and replica count.
                 group = self.cluster.groups[c.group]
@@ -147,7 +152,7 @@ class Search:
             tail = self.tails[key]
             chosen.append(Option(slot=island.index(c.group), units=c.tp // unit, costs=c,
                                  tail_s=tail))
-            devices.append((c.group, c.tp))
+            devices.append((c.group, c.tp, c.ep))
         return chosen, devices
 
     def price_ok(self, gpus: dict[int, int]) -> bool:
@@ -179,6 +184,8 @@ class Search:
                     self.skipped_same_budget += 1
                     continue
                 need = state - self.graph.params * self.opt_bytes * (1 - 1 / d)
+                ep = max(e for e in ep_degrees(self.graph) if d % e == 0)
+                need -= self.experts * self.state_bytes * (1 - 1 / ep)
                 if sum(budgets.values()) * cap < need:
                     continue  # the pipeline's GPUs cannot hold the model state at all
                 # A class that may join a heterogeneous plan is bounded with the other
@@ -212,7 +219,9 @@ class Search:
         top_unit = max(self.cluster.groups[g].gpus_per_node for g in island)
         unit = 1
         while True:
-            options, devices = self.island_options(opts, island, p_all, p_all, unit)
+            even = pipelines is None and total_mb % d == 0
+            options, devices = self.island_options(opts, island, p_all, p_all, unit,
+                                                   d if even else 1)
             states = math.prod(k // unit + 1 for k in budgets)
             depth = min(self.n, m_lo, sum(k // unit for k in budgets))
             work = self.n * self.n * depth * states * max(len(options), 1)
@@ -297,7 +306,9 @@ class Search:
                 if not exhaustive:
                     # Large clusters: the classes solved alone (memory only gets looser with
                     # more pipelines sharing ZeRO-1); the estimate re-costs the pair exactly.
-                    return [c for c in alone.get(isl, []) if c.replicas == d]
+                    # Expert-parallel classes stay alone (their ep-blocks need equal shares).
+                    return [c for c in alone.get(isl, []) if c.replicas == d and all(
+                        c.devices[st.option][2] == 1 for st in c.template.stages)]
                 key = (b, schedule, isl, d, p, m)
                 if key not in self.memo:
                     self.memo[key] = self.solve_shape(b, schedule, isl, d, pipelines=p,

@@ -55,7 +55,7 @@ def most_inflight(c: OptionCosts, zero_dp: int) -> Fit:
     `memory_gib` forms, so the answer is the one the sum gives. Ranges with j <= i (no
     stage; their time is infinite anyway) get 0 or _BIG.
     """
-    base = c.fixed_gib + c.optimizer_gib / max(zero_dp, 1)
+    base = c.fixed_gib + c.sharded_optimizer_gib(zero_dp)
     act = c.act_gib
     cap = c.capacity_gib
 

@@ -12,15 +12,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from cost_models.comm import Link
 from cost_models.memory import FRAMEWORK_OVERHEAD_GIB, GIB, dp_sync_bytes_per_param
 from cost_models.profiles import ProfileSet
 from planner.cluster.model import Cluster, Node, NodeGroup
 from planner.costing.framework import DEFAULT_FRAMEWORK, Framework
-from planner.costing.links import intra_link, nic_link, p2p_time_s
+from planner.costing.links import a2a_link, intra_link, nic_link, p2p_time_s
 from planner.costing.stage_cost import LayerCostTable, layer_cost_table
 from planner.graph.layers import LayerGraph
 
-__all__ = ["RECOMPUTE", "OptionCosts", "option_costs", "tp_degrees"]
+__all__ = ["RECOMPUTE", "OptionCosts", "ep_degrees", "ep_link", "option_costs", "tp_degrees"]
 
 RECOMPUTE = ("none", "selective", "full")
 """Recompute modes, fastest first: the search takes the first one whose memory fits."""
@@ -54,11 +55,21 @@ class OptionCosts:
     """(n+1, n+1): layers with parameters (each costs the ring its latency terms)."""
     send_s: np.ndarray
     """(n+1,): p2p of one micro-batch from a stage ending at j to a stage on another node."""
+    expert_optimizer_gib: np.ndarray | float = 0.0
+    """(n+1, n+1): the routed experts' part of `optimizer_gib`."""
+    ep: int = 1
+    """Expert parallelism over the class's replicas (mixture-of-experts models)."""
 
     def memory_gib(self, rc: int, inflight: float, zero_dp: int) -> np.ndarray:
         """Peak memory per GPU of every stage (same formula as `stage_peak_memory_gib`)."""
-        opt = self.optimizer_gib / max(zero_dp, 1)
-        return self.fixed_gib[rc] + opt + self.act_gib[rc] * inflight
+        return (self.fixed_gib[rc] + self.sharded_optimizer_gib(zero_dp)
+                + self.act_gib[rc] * inflight)
+
+    def sharded_optimizer_gib(self, zero_dp: int) -> np.ndarray:
+        """Optimizer state per GPU under ZeRO-1 over `zero_dp` pipelines: routed experts'
+        over the expert-data-parallel group zero_dp / ep."""
+        dense = (self.optimizer_gib - self.expert_optimizer_gib) / max(zero_dp, 1)
+        return dense + self.expert_optimizer_gib / max(zero_dp // self.ep, 1)
 
     def dp_sync_s(self, replicas: int, latency_s: float, group: NodeGroup) -> np.ndarray:
         """Ring all-reduce of every stage's gradients over `replicas` pipelines.
@@ -93,6 +104,28 @@ def tp_degrees(group: NodeGroup, graph: LayerGraph) -> tuple[int, ...]:
     return tuple(out)
 
 
+def ep_degrees(graph: LayerGraph) -> tuple[int, ...]:
+    """Expert-parallel degrees the search tries: powers of two dividing every MoE layer's
+    expert count (1 alone for a dense model)."""
+    experts = {layer.num_experts for layer in graph.layers if layer.num_experts}
+    out = [1]
+    while experts and all(e % (2 * out[-1]) == 0 for e in experts):
+        out.append(2 * out[-1])
+    return tuple(out)
+
+
+def ep_link(cluster: Cluster, group_index: int, tp: int, ep: int) -> Link | None:
+    """The all-to-all link of an ep-block of TP groups packed onto nodes in order (the
+    `replica` placement): inside one node when ep × tp GPUs fit in it."""
+    if ep <= 1:
+        return None
+    group = cluster.groups[group_index]
+    gpn = group.gpus_per_node
+    nodes = [Node(name=f"_{k * tp // gpn}", group=group, index=k * tp // gpn)
+             for k in range(ep)]
+    return a2a_link(nodes, {n.name: gpn for n in nodes}, cluster.latency_us * 1e-6)
+
+
 def _ranges(prefix: tuple[float, ...] | np.ndarray) -> np.ndarray:
     p = np.asarray(prefix, dtype=float)
     return p[None, :] - p[:, None]
@@ -120,7 +153,7 @@ def _range_max(values: np.ndarray) -> np.ndarray:
 def option_costs(graph: LayerGraph, cluster: Cluster, group_index: int, tp: int,
                  micro_batch: int, *, precision: str, sequence_parallel: bool,
                  profiles: ProfileSet | None,
-                 framework: Framework = DEFAULT_FRAMEWORK) -> OptionCosts:
+                 framework: Framework = DEFAULT_FRAMEWORK, ep: int = 1) -> OptionCosts:
     group = cluster.groups[group_index]
     n = len(graph.layers)
     upper = np.triu(np.ones((n + 1, n + 1), dtype=bool), k=1)
@@ -135,7 +168,8 @@ def option_costs(graph: LayerGraph, cluster: Cluster, group_index: int, tp: int,
         table = layer_cost_table(
             graph, group.gpu, tp, micro_batch, rc, precision=precision,
             sequence_parallel=sequence_parallel, intra_node_gb_per_s=group.intra_node_gb_per_s,
-            intra_node_link=group.intra_node, profiles=profiles, framework=framework)
+            intra_node_link=group.intra_node, profiles=profiles, framework=framework, ep=ep,
+            ep_link=ep_link(cluster, group_index, tp, ep))
         t = _ranges(table.fwd_s) + _ranges(table.bwd_s)
         times.append(np.where(valid, t, np.inf))
         params = _ranges(table.params) + _tie_copies(table, n)[0]
@@ -157,8 +191,11 @@ def option_costs(graph: LayerGraph, cluster: Cluster, group_index: int, tp: int,
         send[j] = p2p_time_s(table.output_bytes[j - 1], node_a, tp, node_b, latency_s)
     return OptionCosts(
         group=group_index, tp=tp, micro_batch=micro_batch, capacity_gib=group.gpu.memory_gib,
+        ep=ep,
         time_s=np.stack(times), fixed_gib=np.stack(fixed),
         optimizer_gib=params * table.optimizer_bytes_per_param / GIB,
+        expert_optimizer_gib=(_ranges(table.expert_params) * table.optimizer_bytes_per_param
+                              / GIB if table.expert_params else 0.0),
         act_gib=np.stack(acts), update_s=_ranges(table.update_s) + copy_update,
         grad_bytes=params * sync_bytes,
         ring_layers=has_params, send_s=send)
