@@ -27,6 +27,7 @@ def _register() -> None:
         cmd_demo,
         cmd_dryrun,
         cmd_estimate,
+        cmd_export,
         cmd_gpus,
         cmd_inspect,
         cmd_launch,
