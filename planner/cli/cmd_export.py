@@ -41,8 +41,9 @@ def export(
             raise HetplanError(f"{exc}; no uniform plan fits this cluster either") from None
         near, est = exc.nearest
         d = near.pipelines[0].stages
-        shape = (f"{near.cluster['name']}: TP {d[0].tp} × PP {len(near.device_groups(0))} × "
-                 f"DP {len(near.pipelines)}, micro-batch {near.micro_batch_size}, "
+        shape = (f"the {d[0].gpu} GPUs of {near.cluster['name']}: TP {d[0].tp} × "
+                 f"PP {len(near.device_groups(0))} × DP {len(near.pipelines)}, "
+                 f"micro-batch {near.micro_batch_size}, "
                  f"recompute {d[0].recompute}")
         msg = (f"{exc}. Nearest expressible plan: {shape}, predicted "
                f"{est.iteration_time_s:.4f} s per iteration, {est.tokens_per_s:,.0f} tokens/s")
