@@ -34,6 +34,7 @@ def _register() -> None:
         cmd_models,
         cmd_plan,
         cmd_profile,
+        cmd_replan,
         cmd_simulate,
         cmd_validate,
         cmd_whatif,
