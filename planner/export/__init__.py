@@ -61,6 +61,10 @@ def _notes(plan: Plan, shape: UniformShape, target: str) -> list[str]:
                      "then PP): stages land on nodes by launch order, not where the plan put them")
     if target == "megatron":
         notes.append("vocabulary, tokenizer, data and optimizer arguments are yours to add")
+        if shape.virtual_stages > 1 and shape.pp <= 2:
+            notes.append("Megatron's validate_args allows interleaving on 2 pipeline stages "
+                         "only with p2p overlap on (--overlap-p2p-communication in versions "
+                         "where it is off by default)")
     elif shape.zero1 and shape.dp > 1:
         notes.append("the plan shards optimizer state over DP (ZeRO-1); torchtitan's nearest is "
                      "FSDP (data_parallel_shard_degree), which also shards weights and gradients")
