@@ -22,6 +22,7 @@ __all__ = [
     "load_cluster",
     "load_model",
     "plan",
+    "replan",
 ]
 
 _WHERE = {
@@ -32,6 +33,7 @@ _WHERE = {
     "load_cluster": "planner.cluster",
     "load_model": "planner.graph",
     "plan": "planner.search",
+    "replan": "planner.replanning",  # not planner/replan.py: a module would shadow the function
 }
 
 

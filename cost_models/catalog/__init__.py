@@ -20,6 +20,7 @@ from typing import Any
 import yaml
 
 from cost_models.gpu import DTYPES, GpuSpec
+from cost_models.mig import mig_gpu, split_mig_name
 
 __all__ = [
     "CATALOG_PATH",
@@ -202,6 +203,9 @@ def all_gpus() -> tuple[GpuSpec, ...]:
 def get_gpu(name: str) -> GpuSpec:
     """The catalog entry for `name` or one of its aliases; LookupError with a suggestion if none."""
     specs, index = _bundled()
+    sliced = split_mig_name(str(name))
+    if sliced is not None:  # `A100-SXM4-80GB:1g.10gb`: one MIG slice (cost_models/mig.py)
+        return mig_gpu(get_gpu(sliced[0]), sliced[1])
     key = normalize_gpu_name(str(name))
     if key in index:
         return index[key]

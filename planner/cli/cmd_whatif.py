@@ -29,6 +29,9 @@ def whatif(
         "--remove", help="Remove a node group by name, or all groups of a GPU type.")] = None,
     price: Annotated[list[str] | None, typer.Option(
         "--price", help="Set USD per GPU-hour of a group or GPU type: a100=1.2.")] = None,
+    partition: Annotated[list[str] | None, typer.Option(
+        "--partition", help='Split a GPU type into MIG slices: "A100-SXM4-80GB:1g.10gb".')
+    ] = None,
     network_gbps: Annotated[float | None, typer.Option(
         "--network-gbps", help="Node network (Gbit/s) of added groups.")] = None,
     global_batch: Annotated[int | None, typer.Option(
@@ -48,13 +51,15 @@ def whatif(
 
     fw = framework_named(framework)
     measured = load_profiles(profiles)
-    if not (add or remove or price):
-        raise HetplanError("whatif: nothing to change; give --add, --remove or --price "
+    if not (add or remove or price or partition):
+        raise HetplanError("whatif: nothing to change; give --add, --remove, --price or "
+                           "--partition "
                            "(e.g. --add \"8 H100-SXM5-80GB\")")
     graph = planner.load_model(model)
     base = planner.load_cluster(cluster)
     w = run_whatif(graph, base, add=add or (), remove=remove or (), price=price or (),
-                   network_gbps=network_gbps, global_batch_size=global_batch,
+                   network_gbps=network_gbps, partition=partition or (),
+                   global_batch_size=global_batch,
                    objective=objective, framework=fw, profiles=measured)
     if json_out:
         print_json(w.to_dict())

@@ -24,6 +24,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from cost_models.catalog import get_gpu
+from cost_models.mig import mig_profiles, split_mig_name
 from planner.cluster.model import Cluster, NodeGroup
 from planner.cluster.yaml_io import read_yaml_mapping
 from planner.errors import SpecError
@@ -58,7 +59,7 @@ class _Group(BaseModel):
     name: str
     count: Annotated[int, Field(ge=1)]
     gpu: str
-    gpus_per_node: Annotated[int, Field(ge=1, le=MAX_GPUS_PER_NODE)]
+    gpus_per_node: Annotated[int, Field(ge=1, le=MAX_GPUS_PER_NODE * 7)]  # 7: MIG slices
     intra_node: Literal["nvlink", "pcie"] | None = None
     intra_node_gb_per_s: _Positive | None = None
     intra_node_gbps: _Positive | None = None
@@ -157,6 +158,13 @@ def _group(raw: _Group, index: int, where: str) -> NodeGroup:
         gpu = get_gpu(raw.gpu)
     except LookupError as exc:
         raise SpecError(where, f"{field}.gpu", str(exc)) from None
+    slices = split_mig_name(raw.gpu)
+    per_gpu = 1 if slices is None else next(  # a node holds this many slices of each GPU
+        p.max_instances for p in mig_profiles(get_gpu(slices[0])) if p.name == slices[1])
+    if raw.gpus_per_node > MAX_GPUS_PER_NODE * per_gpu:
+        unit = "GPUs" if per_gpu == 1 else f"slices ({MAX_GPUS_PER_NODE} GPUs × {per_gpu})"
+        raise SpecError(where, f"{field}.gpus_per_node", f"must be <= "
+                        f"{MAX_GPUS_PER_NODE * per_gpu} {unit}, got {raw.gpus_per_node}")
     if raw.intra_node_gb_per_s is not None and raw.intra_node_gbps is not None:
         raise SpecError(where, f"{field}.intra_node_gbps", "give intra_node_gb_per_s (GB/s) or "
                         "intra_node_gbps (Gbit/s), not both: they say the same thing")

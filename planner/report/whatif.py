@@ -39,12 +39,19 @@ class WhatIf:
 
 def whatif(model: Any, cluster: Cluster, *, add: Sequence[str] = (), remove: Sequence[str] = (),
            price: Sequence[str] = (), network_gbps: float | None = None,
-           global_batch_size: int | None = None, objective: str = "throughput",
+           partition: Sequence[str] = (), global_batch_size: int | None = None,
+           objective: str = "throughput",
            framework: Framework = DEFAULT_FRAMEWORK,
            profiles: ProfileSet | None = None) -> WhatIf:
-    """Best plan on `cluster` and on the edited cluster (edits as in `scenario.edit_cluster`)."""
+    """Best plan on `cluster` and on the edited cluster (edits as in `scenario.edit_cluster`,
+    then `partition`: GPU types split into MIG slices, `planner.report.partition`)."""
     spec, notes = edit_cluster(cluster.spec, add=add, remove=remove, price=price,
                                network_gbps=network_gbps)
+    if partition:
+        from planner.report.partition import partition_cluster
+
+        spec, more = partition_cluster(spec, partition)
+        notes += more
     edited = cluster_from_dict(spec, "whatif scenario")
     kwargs: dict[str, Any] = {"global_batch_size": global_batch_size, "objective": objective,
                               "framework": framework, "profiles": profiles}

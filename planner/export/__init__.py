@@ -1,0 +1,98 @@
+"""Export a plan to another training framework: Megatron-LM arguments or a torchtitan TOML.
+
+    text = export_plan(plan, "megatron")      # raises NotExpressible with the reason
+
+A plan those frameworks cannot express (per-stage TP, mixed GPU pipelines, heterogeneous DP)
+is refused; `NotExpressible.nearest` then holds the best uniform plan and its estimate.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from planner.costing import DEFAULT_FRAMEWORK, Estimate
+from planner.costing.framework import MEGATRON_CORE
+from planner.errors import HetplanError
+from planner.export.megatron import megatron_text
+from planner.export.torchtitan import torchtitan_toml
+from planner.export.uniform import UniformShape, uniform_shape
+from planner.schema import Plan
+
+__all__ = ["TARGETS", "NotExpressible", "export_plan"]
+
+TARGETS = ("megatron", "torchtitan")
+_FRAMEWORK = {"megatron": MEGATRON_CORE, "torchtitan": DEFAULT_FRAMEWORK}
+
+
+class NotExpressible(HetplanError):
+    """The plan has no equivalent in the target framework; `nearest` is the best one it has."""
+
+    def __init__(self, target: str, reason: str,
+                 nearest: tuple[Plan, Estimate] | None) -> None:
+        super().__init__(f"{target} cannot express this plan: {reason}")
+        self.target = target
+        self.reason = reason
+        self.nearest = nearest
+
+
+def _reason(shape: UniformShape | str, target: str, model: dict[str, Any]) -> str | None:
+    if isinstance(shape, str):
+        return shape
+    if target == "megatron" and shape.schedule == "gpipe":
+        return "Megatron-LM has no GPipe schedule (its pipeline schedules are 1F1B and interleaved)"
+    return None
+
+
+def _notes(plan: Plan, shape: UniformShape, target: str) -> list[str]:
+    model = plan.model or {}
+    cluster = plan.cluster or {}
+    world = shape.tp * shape.pp * shape.dp
+    notes = [f"hetplan export --to {target}: {model.get('name', 'model')} on "
+             f"{cluster.get('name', 'cluster')}, {world} × {shape.gpu}: TP {shape.tp} × "
+             f"PP {shape.pp} × DP {shape.dp}, {shape.microbatches_per_pipeline} micro-batches "
+             f"of {shape.micro_batch_size} per replica, schedule {shape.schedule}"]
+    pred = plan.predicted or {}
+    if "iteration_time_s" in pred:
+        notes.append(f"hetplan predicts {pred['iteration_time_s']:.4f} s per iteration, "
+                     f"{pred.get('tokens_per_s', 0):,.0f} tokens/s "
+                     f"(priced for {pred.get('framework', 'hetplan')})")
+    if not shape.megatron_rank_order:
+        notes.append("the plan's rank order differs from the framework's (TP fastest, then DP, "
+                     "then PP): stages land on nodes by launch order, not where the plan put them")
+    if target == "megatron":
+        notes.append("vocabulary, tokenizer, data and optimizer arguments are yours to add")
+        if shape.virtual_stages > 1 and shape.pp <= 2:
+            notes.append("Megatron's validate_args allows interleaving on 2 pipeline stages "
+                         "only with p2p overlap on (--overlap-p2p-communication in versions "
+                         "where it is off by default)")
+    elif shape.zero1 and shape.dp > 1:
+        notes.append("the plan shards optimizer state over DP (ZeRO-1); torchtitan's nearest is "
+                     "FSDP (data_parallel_shard_degree), which also shards weights and gradients")
+    if target == "torchtitan" and shape.tp > 1 and not shape.sequence_parallel:
+        notes.append("torchtitan's tensor parallelism always shards norms over the sequence "
+                     "(sequence parallel); the plan was priced without it")
+    return notes
+
+
+def export_plan(plan: Plan, target: str, *, nearest: bool = True) -> str:
+    """The framework's configuration for `plan` (text), or NotExpressible with the reason and,
+    when `nearest`, the best uniform plan on the plan's cluster."""
+    if target not in TARGETS:
+        raise HetplanError(f"--to {target!r}: use one of {', '.join(TARGETS)}")
+    model = plan.model or {}
+    if target == "torchtitan" and model.get("architecture") != "llama":
+        raise HetplanError(f"torchtitan cannot express this plan: its model zoo has Llama-family "
+                           f"models only, and {model.get('name', 'this model')} has architecture "
+                           f"{model.get('architecture')!r}")
+    shape = uniform_shape(plan)
+    reason = _reason(shape, target, model)
+    if reason is not None:
+        from planner.export.nearest import nearest_uniform
+
+        found = nearest_uniform(plan, _FRAMEWORK[target]) if nearest else None
+        raise NotExpressible(target, reason, found)
+    assert isinstance(shape, UniformShape)
+    notes = _notes(plan, shape, target)
+    if target == "megatron":
+        return megatron_text(shape, model, notes)
+    return torchtitan_toml(shape, model, notes)

@@ -1,0 +1,100 @@
+"""Is a plan one that a framework with uniform parallel degrees can express?
+
+Megatron-LM and torchtitan describe a run by a handful of global numbers: one TP degree, one
+PP degree, one DP degree, one micro-batch size, one schedule, one recompute policy; every DP
+replica is the same pipeline and holds the same share of the batch. A hetplan plan is more
+general (per-stage TP, pipelines over different GPU types, heterogeneous DP with unequal
+shares). `uniform_shape` returns the global numbers, or the first reason they do not exist.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from planner.schema import Plan
+
+__all__ = ["UniformShape", "megatron_rank_order", "uniform_shape"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UniformShape:
+    tp: int
+    pp: int
+    dp: int
+    virtual_stages: int
+    micro_batch_size: int
+    global_batch_size: int
+    microbatches_per_pipeline: int
+    schedule: str
+    recompute: str
+    sequence_parallel: bool
+    zero1: bool
+    gpu: str
+    chunk_layers: tuple[tuple[int, int], ...]
+    """Layer range [start, end) of each model chunk over the chain (embedding = 0, head = last),
+    in chunk order (chunk j on pipeline rank j mod pp)."""
+    num_layers: int
+    """Chain length: embedding + transformer blocks + head."""
+    megatron_rank_order: bool
+    """True when the plan's ranks follow Megatron's/torchtitan's order (TP fastest, then DP,
+    then PP), so the launch order places every stage where the plan put it."""
+
+    @property
+    def blocks(self) -> int:
+        return self.num_layers - 2
+
+    def blocks_per_chunk(self) -> list[int]:
+        """Transformer blocks in each chunk (the embedding and the head are not blocks)."""
+        last = self.num_layers - 1
+        return [max(0, min(e, last) - max(s, 1)) for s, e in self.chunk_layers]
+
+
+def megatron_rank_order(plan: Plan) -> bool:
+    """Pipeline d's stage s on ranks [s·dp·tp + d·tp, … + tp) for every d and s."""
+    dp = len(plan.pipelines)
+    for d in range(dp):
+        for s, st in enumerate(plan.device_groups(d)):
+            base = s * dp * st.tp + d * st.tp
+            if st.ranks != tuple(range(base, base + st.tp)):
+                return False
+    return True
+
+
+def uniform_shape(plan: Plan) -> UniformShape | str:
+    """The plan's global degrees, or a one-line reason why it has none."""
+    first = plan.pipelines[0]
+    for d, pipe in enumerate(plan.pipelines[1:], start=1):
+        if pipe.microbatches != first.microbatches:
+            return (f"heterogeneous data parallelism: pipeline 0 runs {first.microbatches} "
+                    f"micro-batches, pipeline {d} runs {pipe.microbatches}; the framework gives "
+                    "every DP replica the same share of the batch")
+        if len(pipe.stages) != len(first.stages):
+            return (f"heterogeneous data parallelism: pipeline 0 has {len(first.stages)} chunks, "
+                    f"pipeline {d} has {len(pipe.stages)}; every DP replica must be the same "
+                    "pipeline")
+        for s, (a, b) in enumerate(zip(first.stages, pipe.stages, strict=True)):
+            if a.layers != b.layers or a.tp != b.tp or a.gpu != b.gpu:
+                return (f"heterogeneous data parallelism: stage {s} of pipeline 0 "
+                        f"({a.gpu}, TP {a.tp}, layers {list(a.layers)}) differs from pipeline "
+                        f"{d}'s ({b.gpu}, TP {b.tp}, layers {list(b.layers)})")
+    stages = [st for pipe in plan.pipelines for st in pipe.stages]
+    tps = sorted({st.tp for st in stages})
+    if len(tps) > 1:
+        return (f"per-stage tensor parallelism: stages use TP {', '.join(map(str, tps))}; the "
+                "framework has one TP degree for the whole model")
+    gpus = list(dict.fromkeys(st.gpu for st in stages))
+    if len(gpus) > 1:
+        return (f"mixed GPU pipelines: stages run on {', '.join(gpus)}; the framework places "
+                "ranks by launch order only and balances nothing by GPU type")
+    modes = sorted({st.recompute for st in stages})
+    if len(modes) > 1:
+        return (f"per-stage recompute: stages use {', '.join(modes)}; the framework applies "
+                "one recompute policy to every stage")
+    return UniformShape(
+        tp=tps[0], pp=len(plan.device_groups(0)), dp=len(plan.pipelines),
+        virtual_stages=plan.virtual_stages, micro_batch_size=plan.micro_batch_size,
+        global_batch_size=plan.global_batch_size,
+        microbatches_per_pipeline=first.microbatches, schedule=plan.schedule,
+        recompute=modes[0], sequence_parallel=plan.sequence_parallel, zero1=plan.zero1,
+        gpu=gpus[0], chunk_layers=tuple(st.layers for st in first.stages),
+        num_layers=plan.num_layers, megatron_rank_order=megatron_rank_order(plan))
