@@ -27,6 +27,7 @@ def _register() -> None:
         cmd_demo,
         cmd_dryrun,
         cmd_estimate,
+        cmd_frameworks,
         cmd_gpus,
         cmd_inspect,
         cmd_launch,

@@ -15,7 +15,8 @@ if TYPE_CHECKING:
 __all__ = ["FrameworkOption", "ProfilesOption", "load_profiles"]
 
 FrameworkOption = Annotated[str | None, typer.Option(
-    "--framework", help="Runtime to price: hetplan (what `hetplan launch` runs) | megatron. "
+    "--framework", help="Runtime to price: hetplan (what `hetplan launch` runs) | megatron | "
+    "torchtitan | deepspeed (`hetplan frameworks` lists what each assumes). "
     "Default: the one a plan file was priced for, else hetplan.")]
 """`--framework NAME`; commands resolve it with `planner.costing.framework.framework_named`."""
 
