@@ -87,3 +87,15 @@ def test_frameworks_command_lists_every_record_with_sources(
     assert by["deepspeed"]["p2p_blocking"] and not by["deepspeed"]["causal_flash_attention"]
     assert not by["hetplan"]["dp_overlap"]
     assert set(by) == set(FRAMEWORKS)
+
+
+def test_per_framework_report_pools_rows_once() -> None:
+    from planner.costing.validation.common import Row, per_framework_reports, summarise
+
+    a = [Row("x", 100.0, 110.0, framework="m"), Row("y", 100.0, 80.0, framework="t")]
+    b = [Row("z", 10.0, 10.5, framework="m")]
+    reps = [summarise("f1", "g1", "s", a, ""), summarise("f1", "all", "s", a, ""),
+            summarise("f2", "all", "s", b, ""), summarise("f1", "peak memory g1", "GiB", a, "")]
+    out = {r.group: r for r in per_framework_reports(reps)}
+    assert out["m"].counted == 2 and out["m"].mape_pct == pytest.approx(7.5)
+    assert out["t"].counted == 1 and out["t"].mape_pct == pytest.approx(20.0)

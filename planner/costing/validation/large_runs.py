@@ -164,8 +164,9 @@ _H100_96 = _h100_96gb()
 def _run(model: str, seq: int, precision: str, gpu: GpuSpec, gpus: int, nic_gbps: float,
          tp: int, pp: int, vp: int, mb: int, gbs: int, recompute: str, fsdp: bool,
          profiles: ProfileSet, framework: Any = None,
-         count_recompute: bool = False, overlap_dp: bool = True) -> tuple[float, float, bool]:
-    """(tokens/s per GPU, model TFLOP/s per GPU, feasible) for one configuration.
+         count_recompute: bool = False,
+         overlap_dp: bool = True) -> tuple[float, float, bool, str]:
+    """(tokens/s per GPU, model TFLOP/s per GPU, feasible, framework name) for one configuration.
 
     `framework(model, graph)` gives the executing framework; `count_recompute` counts the
     recomputed forward in the TFLOP/s (Megatron's published convention)."""
@@ -187,7 +188,7 @@ def _run(model: str, seq: int, precision: str, gpu: GpuSpec, gpus: int, nic_gbps
     if count_recompute and recompute == "full":
         flops += sum(x.fwd_flops for x in graph.layers)
     tflops = flops * gbs / est.iteration_time_s / gpus / 1e12
-    return per_gpu, tflops, est.feasible
+    return per_gpu, tflops, est.feasible, fw.name
 
 
 def _costed(label: str, measured: float, *run_args: Any, tflops: bool = False,
@@ -195,10 +196,11 @@ def _costed(label: str, measured: float, *run_args: Any, tflops: bool = False,
     """One row from `_run(*run_args, **run_kwargs)` (tokens/s per GPU, or TFLOP/s per GPU with
     `tflops`); a configuration that cannot be expressed becomes an uncounted row saying why."""
     try:
-        tok, tf, feasible = _run(*run_args, **run_kwargs)
+        tok, tf, feasible, fw_name = _run(*run_args, **run_kwargs)
     except (HetplanError, KeyError, ValueError) as exc:
         return Row(label, measured, None, used=False, note=str(exc))
-    return Row(label, measured, tf if tflops else tok, feasible=feasible, used=used, note=note)
+    return Row(label, measured, tf if tflops else tok, feasible=feasible, used=used, note=note,
+               framework=fw_name)
 
 
 def _ac(text: str) -> str:
