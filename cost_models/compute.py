@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cost_models.efficiency import GEMM_DIM_HALF, KERNEL_GAP_S, compute_constants
+from cost_models.efficiency import GEMM_DIM_HALF, KERNEL_GAP_S, constants_for
 from cost_models.gpu import GpuSpec
 
 __all__ = [
@@ -55,7 +55,7 @@ def gemm_s(flops: float, gpu: GpuSpec, precision: str, width: float) -> float:
     """Time of `flops` of GEMM work whose narrow dimension is `width` elements."""
     if flops <= 0:
         return 0.0
-    c = compute_constants(gpu.generation)
+    c = constants_for(gpu.name, gpu.generation)
     dtype = matmul_dtype(gpu, precision)
     unit_eff = {"fp32": c.cuda_eff, "tf32": c.tf32_eff,
                 "fp8": c.fp8_eff or c.tensor_eff}.get(dtype, c.tensor_eff)
@@ -67,7 +67,7 @@ def memory_s(nbytes: float, gpu: GpuSpec) -> float:
     """Time of memory-bound kernels moving `nbytes` through HBM."""
     if nbytes <= 0:
         return 0.0
-    return nbytes / (gpu.hbm_gb_per_s * 1e9 * compute_constants(gpu.generation).memory_eff)
+    return nbytes / (gpu.hbm_gb_per_s * 1e9 * constants_for(gpu.name, gpu.generation).memory_eff)
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,7 +104,7 @@ def layer_compute_s(work: LayerWork, gpu: GpuSpec, precision: str,
     part: weight gradients are plain GEMMs. `dispatch_overlapped`: the framework's host
     dispatch runs ahead of the GPU (`_with_launches`).
     """
-    kernel_s = compute_constants(gpu.generation).kernel_s
+    kernel_s = constants_for(gpu.name, gpu.generation).kernel_s
     w = work.gemm_width
     n, ov = work.kernels_fwd, dispatch_overlapped
     fwd = _with_launches(gemm_s(work.fwd_matmul_flops, gpu, precision, w)

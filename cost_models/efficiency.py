@@ -17,6 +17,8 @@ __all__ = [
     "LINK_LATENCY_S",
     "ComputeConstants",
     "compute_constants",
+    "constants_for",
+    "set_calibration",
 ]
 
 
@@ -81,6 +83,34 @@ _DEFAULT = ComputeConstants(0.40, 0.26, 0.60, 0.65, _KERNEL_S,
 def compute_constants(generation: str) -> ComputeConstants:
     """The constants for a GPU generation (`volta`, `ampere`, `hopper`, ...)."""
     return _CONSTANTS.get(generation.lower(), _DEFAULT)
+
+
+_CALIBRATION: dict[str, float] = {}
+"""Per GPU name: a measured-run refit of the achievable compute efficiency (`hetplan calibrate`);
+"*" applies to every GPU without its own entry; "kernel_s" replaces the per-kernel cost."""
+
+
+def set_calibration(scales: dict[str, float]) -> None:
+    """Install a calibration (`planner.costing.calibrate`); {} restores the shipped constants.
+    Cost tables cached under the old constants are dropped by the caller."""
+    _CALIBRATION.clear()
+    _CALIBRATION.update(scales)
+
+
+def constants_for(gpu_name: str, generation: str) -> ComputeConstants:
+    """`compute_constants(generation)` with the installed calibration of this GPU applied: its
+    compute efficiencies (tensor, fp8, TF32, CUDA core) × the refitted scale, capped at 1."""
+    c = compute_constants(generation)
+    if not _CALIBRATION:
+        return c
+    k = _CALIBRATION.get(gpu_name, _CALIBRATION.get("*", 1.0))
+    kernel_s = _CALIBRATION.get("kernel_s", c.kernel_s)
+    if k == 1.0 and kernel_s == c.kernel_s:
+        return c
+    return ComputeConstants(min(1.0, c.tensor_eff * k), min(1.0, c.tf32_eff * k),
+                            min(1.0, c.cuda_eff * k), c.memory_eff, kernel_s,
+                            c.fitted_on + " (calibrated)",
+                            None if c.fp8_eff is None else min(1.0, c.fp8_eff * k))
 
 
 GEMM_DIM_HALF = 96.0

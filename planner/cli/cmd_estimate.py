@@ -15,7 +15,13 @@ import typer
 from rich.table import Table
 
 from planner.cli.main import app
-from planner.cli.options import FrameworkOption, ProfilesOption, load_profiles
+from planner.cli.options import (
+    CalibrationOption,
+    FrameworkOption,
+    ProfilesOption,
+    load_profiles,
+    use_calibration,
+)
 from planner.cli.output import console, print_json
 from planner.errors import HetplanError
 
@@ -98,6 +104,7 @@ def estimate(
                                               "else the analytic model alone).")] = False,
     profiles_files: ProfilesOption = None,
     framework: FrameworkOption = None,
+    calibration: CalibrationOption = None,
     json_out: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
     """Predict iteration time, throughput, MFU, $ and per-stage memory of a given plan."""
@@ -109,6 +116,7 @@ def estimate(
         raise HetplanError(f"--recompute {recompute!r}: use none, selective or full")
     if schedule not in ("1f1b", "gpipe", "interleaved"):
         raise HetplanError(f"--schedule {schedule!r}: use 1f1b, gpipe or interleaved")
+    use_calibration(calibration)
     profiles = load_profiles(profiles_files, shipped=not no_profiles)
     if model_or_plan.endswith(".json") and cluster is None:
         plan = Plan.load(model_or_plan)

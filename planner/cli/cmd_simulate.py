@@ -15,7 +15,13 @@ from rich import box
 from rich.table import Table
 
 from planner.cli.main import app
-from planner.cli.options import FrameworkOption, ProfilesOption, load_profiles
+from planner.cli.options import (
+    CalibrationOption,
+    FrameworkOption,
+    ProfilesOption,
+    load_profiles,
+    use_calibration,
+)
 from planner.cli.output import console, print_json, wide_console
 
 __all__ = ["simulate", "simulate_plan"]
@@ -46,12 +52,14 @@ def simulate(
     svg: Annotated[Path | None, typer.Option("--svg", help="Also write it as SVG.")] = None,
     profiles: ProfilesOption = None,
     framework: FrameworkOption = None,
+    calibration: CalibrationOption = None,
     json_out: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
     """Simulate a plan's pipeline schedule: per-stage busy time, bubble, Gantt chart."""
     from planner.report.gantt import draw_gantt
     from planner.report.plan_view import stage_labels, timeline_to_dict
 
+    use_calibration(calibration)
     plan, est, timelines = simulate_plan(plan_file, load_profiles(profiles), framework)
     labels = stage_labels(plan)
     title = f"{(plan.model or {}).get('name', 'model')} on {(plan.cluster or {}).get('name', '')}"

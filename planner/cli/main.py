@@ -23,6 +23,7 @@ app = typer.Typer(
 def _register() -> None:
     # Each module adds its command(s) to `app` on import.
     from planner.cli import (  # noqa: F401
+        cmd_calibrate,
         cmd_compare,
         cmd_demo,
         cmd_dryrun,

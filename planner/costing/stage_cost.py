@@ -13,7 +13,7 @@ from itertools import accumulate
 
 from cost_models.comm import Link, allreduce_s
 from cost_models.compute import LayerWork, adam_step_s, gemm_s, layer_compute_s, memory_s
-from cost_models.efficiency import KERNELS_PER_BLOCK_FWD, compute_constants
+from cost_models.efficiency import KERNELS_PER_BLOCK_FWD, constants_for
 from cost_models.fusion import fused_traffic_ratio
 from cost_models.gpu import GpuSpec
 from cost_models.memory import (
@@ -210,7 +210,7 @@ def _layer_costs(layer: Layer, graph: LayerGraph, gpu: GpuSpec, tp: int, mb: int
         # The framework's own selective policy: shares of the forward's GEMM and memory-bound
         # work (with their launches) re-run in the backward.
         mem_fwd = (memory_s(work.fwd_memory_bytes, gpu)
-                   + work.kernels_fwd * compute_constants(gpu.generation).kernel_s)
+                   + work.kernels_fwd * constants_for(gpu.name, gpu.generation).kernel_s)
         bwd += (fw.recompute_gemm_fraction * gemm_s(work.fwd_matmul_flops, gpu, precision,
                                                     work.gemm_width)
                 + (fw.recompute_memory_fraction or 0.0) * mem_fwd)
