@@ -96,3 +96,18 @@ def _restore_constants():
     """A calibration is process-wide: leave the shipped constants for the next test."""
     yield
     apply_calibration({})
+
+
+def test_calibrate_reads_the_runtime_run_log(tmp_path: Path,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    from planner.runtime.run_log import append_run_log
+
+    path = _plans(tmp_path)[0]
+    t = _predict(path, {})
+    log = tmp_path / "run.jsonl"
+    append_run_log(log, path, [50 * t, t, t])  # the first step (start-up) is skipped
+    code, text, err = run_cli(["calibrate", str(log), "--out", str(tmp_path / "c.yaml"),
+                               "--json"], capsys)
+    assert code == 0, err
+    res = json.loads(text)
+    assert len(res["rows"]) == 2 and res["rms_error_before_pct"] == pytest.approx(0, abs=1e-6)

@@ -1,13 +1,14 @@
 """Refit a cluster's few constants from its own measured runs (`hetplan calibrate`).
 
 Input: RUNS.csv with columns `plan` (a plan JSON path, relative to the CSV) and
-`measured_iteration_s`, or JSON lines with the same keys. Fitted: one achievable-efficiency
-scale per GPU type the plans use (it multiplies that type's tensor / fp8 / TF32 / CUDA-core
-efficiencies, `cost_models.efficiency.constants_for`) — never a constant per row. The fit
-minimises the squared log error of the iteration times, one GPU type at a time (golden-section
-search on log scale, a few sweeps). What the scales cannot absorb (two rows of one plan with
-different times, a run paced by something the plan does not contain) stays as the residual,
-which `hetplan calibrate` prints.
+`measured_iteration_s`, or JSON lines with the same keys: the runtime's run log
+(`python -m planner.runtime PLAN.json --run-log FILE.jsonl`, warm-up step skipped).
+Fitted: one achievable-efficiency scale per GPU type the plans use (it multiplies that
+type's tensor / fp8 / TF32 / CUDA-core efficiencies, `cost_models.efficiency.constants_for`,
+each capped at 1) - never a constant per row. The fit minimises the squared log error of the
+iteration times, one GPU type at a time (golden-section search on log scale, a few sweeps).
+What the scales cannot absorb (two rows of one plan with different times, a run paced by
+something the plan does not contain) stays as the residual, which `hetplan calibrate` prints.
 """
 
 from __future__ import annotations
@@ -84,6 +85,8 @@ def load_runs(path: Path) -> list[MeasuredRun]:
         records = [(f"{path}:{i}", dict(r)) for i, r in enumerate(reader, 2)]
     runs = []
     for where, rec in records:
+        if rec.get("warmup") is True:  # a run log's first step (planner/runtime/run_log.py)
+            continue
         plan_ref, raw = rec.get("plan"), rec.get("measured_iteration_s")
         if not plan_ref or raw in (None, ""):
             raise HetplanError(f"{where}: needs plan and measured_iteration_s")
