@@ -75,7 +75,7 @@ def main() -> None:
             large_runs.MODELS[name] = {**large_runs._GPT, "name": name, "hidden_size": h,
                                        "num_layers": layers, "num_attention_heads": heads,
                                        "vocab_size": 51200}
-            _, tflops, feasible = large_runs._run(
+            _, tflops, feasible, _ = large_runs._run(
                 name, 2048, "fp16", a100, gpus, NIC_GBPS_PER_NODE, tp, pp, 1, mb, gbs, "full",
                 False, ProfileSet(), lambda m, g: MEGATRON_EAGER, count_recompute=True,
                 overlap_dp=False)

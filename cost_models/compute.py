@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cost_models.efficiency import GEMM_DIM_HALF, compute_constants
+from cost_models.efficiency import GEMM_DIM_HALF, KERNEL_GAP_S, constants_for
 from cost_models.gpu import GpuSpec
 
 __all__ = [
@@ -55,9 +55,10 @@ def gemm_s(flops: float, gpu: GpuSpec, precision: str, width: float) -> float:
     """Time of `flops` of GEMM work whose narrow dimension is `width` elements."""
     if flops <= 0:
         return 0.0
-    c = compute_constants(gpu.generation)
+    c = constants_for(gpu.name, gpu.generation)
     dtype = matmul_dtype(gpu, precision)
-    unit_eff = {"fp32": c.cuda_eff, "tf32": c.tf32_eff}.get(dtype, c.tensor_eff)
+    unit_eff = {"fp32": c.cuda_eff, "tf32": c.tf32_eff,
+                "fp8": c.fp8_eff or c.tensor_eff}.get(dtype, c.tensor_eff)
     eff = unit_eff * width / (width + GEMM_DIM_HALF)
     return flops / (gpu.peak_tflops[dtype] * 1e12 * eff)
 
@@ -66,7 +67,7 @@ def memory_s(nbytes: float, gpu: GpuSpec) -> float:
     """Time of memory-bound kernels moving `nbytes` through HBM."""
     if nbytes <= 0:
         return 0.0
-    return nbytes / (gpu.hbm_gb_per_s * 1e9 * compute_constants(gpu.generation).memory_eff)
+    return nbytes / (gpu.hbm_gb_per_s * 1e9 * constants_for(gpu.name, gpu.generation).memory_eff)
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,20 +85,34 @@ class LayerWork:
     """Kernels the forward launches (backward launches twice as many)."""
 
 
-def layer_compute_s(work: LayerWork, gpu: GpuSpec, precision: str) -> tuple[float, float, float]:
+def _with_launches(gpu_s: float, kernels: int, kernel_s: float, overlapped: bool) -> float:
+    """A pass of `kernels` kernels whose GPU work takes `gpu_s`. Host dispatch is either
+    serial with the GPU work (additive: each kernel costs `kernel_s` more; synchronising
+    frameworks, and the fits of docs/cost-model.md §2), or runs ahead of it on the CPU
+    (asynchronous CUDA launches): the pass then takes the longer of the GPU work plus the
+    GPU-side gap between back-to-back kernels and the host's dispatch of all of them."""
+    if not overlapped:
+        return gpu_s + kernels * kernel_s
+    return max(gpu_s + kernels * KERNEL_GAP_S, kernels * kernel_s)
+
+
+def layer_compute_s(work: LayerWork, gpu: GpuSpec, precision: str,
+                    dispatch_overlapped: bool = False) -> tuple[float, float, float]:
     """(forward, activation-gradient, weight-gradient) seconds, communication excluded.
 
     Memory-bound backward work and the backward's launches go to the activation-gradient
-    part: weight gradients are plain GEMMs.
+    part: weight gradients are plain GEMMs. `dispatch_overlapped`: the framework's host
+    dispatch runs ahead of the GPU (`_with_launches`).
     """
-    kernel_s = compute_constants(gpu.generation).kernel_s
+    kernel_s = constants_for(gpu.name, gpu.generation).kernel_s
     w = work.gemm_width
-    fwd = (gemm_s(work.fwd_matmul_flops, gpu, precision, w)
-           + memory_s(work.fwd_memory_bytes, gpu) + work.kernels_fwd * kernel_s)
-    bwd_act = (gemm_s(work.bwd_act_matmul_flops, gpu, precision, w)
-               + memory_s(2 * work.fwd_memory_bytes, gpu) + work.kernels_fwd * kernel_s)
-    bwd_weight = (gemm_s(work.bwd_weight_matmul_flops, gpu, precision, w)
-                  + work.kernels_fwd * kernel_s)
+    n, ov = work.kernels_fwd, dispatch_overlapped
+    fwd = _with_launches(gemm_s(work.fwd_matmul_flops, gpu, precision, w)
+                         + memory_s(work.fwd_memory_bytes, gpu), n, kernel_s, ov)
+    bwd_act = _with_launches(gemm_s(work.bwd_act_matmul_flops, gpu, precision, w)
+                             + memory_s(2 * work.fwd_memory_bytes, gpu), n, kernel_s, ov)
+    bwd_weight = _with_launches(gemm_s(work.bwd_weight_matmul_flops, gpu, precision, w),
+                                n, kernel_s, ov)
     return fwd, bwd_act, bwd_weight
 
 

@@ -12,10 +12,13 @@ from dataclasses import dataclass
 __all__ = [
     "GEMM_DIM_HALF",
     "KERNELS_PER_BLOCK_FWD",
+    "KERNEL_GAP_S",
     "LINK_EFFICIENCY",
     "LINK_LATENCY_S",
     "ComputeConstants",
     "compute_constants",
+    "constants_for",
+    "set_calibration",
 ]
 
 
@@ -36,6 +39,8 @@ class ComputeConstants:
     """Per-kernel fixed cost (launch + framework dispatch), seconds."""
     fitted_on: str
     """The data the constants were fitted on."""
+    fp8_eff: float | None = None
+    """Fraction of the dense fp8 peak a wide fp8 GEMM reaches (None: `tensor_eff`)."""
 
 
 # 16-bit tensor efficiency (first number): Ampere and Hopper fitted on the bf16 large runs
@@ -57,10 +62,14 @@ _CONSTANTS: dict[str, ComputeConstants] = {
                                "bf16: torchtitan A100, BLOOM, MT-NLG; tf32: sailor A100 / 3090"),
     "ada": ComputeConstants(0.63, 0.40, 0.70, 0.70, _KERNEL_S,
                             "no public training data: ampere's values"),
+    # fp8 (0.48 of the fp8 peak): fitted on nemo_h100.csv's 7 rows priced with the megatron
+    # record (0.46 / 0.48 / 0.50 / 0.55 -> MAPE 3.8 / 3.0 / 4.5 / 11.8 %); fp8 GEMMs reach a
+    # smaller share of their doubled peak than bf16 (scaling, casts, the same memory traffic).
     "hopper": ComputeConstants(0.62, 0.26, 0.70, 0.70, _KERNEL_S,
-                               "bf16: torchtitan H100, Llama 3 405B; tf32: sailor GH-96 TP1"),
+                               "bf16: torchtitan H100, Llama 3 405B; tf32: sailor GH-96 TP1; "
+                               "fp8: NeMo H100", fp8_eff=0.48),
     "blackwell": ComputeConstants(0.62, 0.26, 0.70, 0.70, _KERNEL_S,
-                                  "no public training data: hopper's values"),
+                                  "no public training data: hopper's values", fp8_eff=0.48),
     "cdna2": ComputeConstants(0.40, 0.26, 0.60, 0.65, _KERNEL_S,
                               "no public training data: a guess below hopper"),
     "cdna3": ComputeConstants(0.45, 0.26, 0.60, 0.65, _KERNEL_S,
@@ -76,6 +85,34 @@ def compute_constants(generation: str) -> ComputeConstants:
     return _CONSTANTS.get(generation.lower(), _DEFAULT)
 
 
+_CALIBRATION: dict[str, float] = {}
+"""Per GPU name: a measured-run refit of the achievable compute efficiency (`hetplan calibrate`);
+"*" applies to every GPU without its own entry; "kernel_s" replaces the per-kernel cost."""
+
+
+def set_calibration(scales: dict[str, float]) -> None:
+    """Install a calibration (`planner.costing.calibrate`); {} restores the shipped constants.
+    Cost tables cached under the old constants are dropped by the caller."""
+    _CALIBRATION.clear()
+    _CALIBRATION.update(scales)
+
+
+def constants_for(gpu_name: str, generation: str) -> ComputeConstants:
+    """`compute_constants(generation)` with the installed calibration of this GPU applied: its
+    compute efficiencies (tensor, fp8, TF32, CUDA core) × the refitted scale, capped at 1."""
+    c = compute_constants(generation)
+    if not _CALIBRATION:
+        return c
+    k = _CALIBRATION.get(gpu_name, _CALIBRATION.get("*", 1.0))
+    kernel_s = _CALIBRATION.get("kernel_s", c.kernel_s)
+    if k == 1.0 and kernel_s == c.kernel_s:
+        return c
+    return ComputeConstants(min(1.0, c.tensor_eff * k), min(1.0, c.tf32_eff * k),
+                            min(1.0, c.cuda_eff * k), c.memory_eff, kernel_s,
+                            c.fitted_on + " (calibrated)",
+                            None if c.fp8_eff is None else min(1.0, c.fp8_eff * k))
+
+
 GEMM_DIM_HALF = 96.0
 """A GEMM whose narrow dimension (hidden size / TP) is d runs at d / (d + GEMM_DIM_HALF) of the
 wide-GEMM efficiency (tile quantisation, short K loops): 91 % at d = 1024, 57 % at d = 128.
@@ -86,6 +123,14 @@ KERNELS_PER_BLOCK_FWD = 24
 """Kernels one transformer block's forward launches in eager PyTorch/Megatron (norms 2, QKV,
 attention ~6, projection, MLP 3-4, dropout/residual ~6, bias adds): a count, not a fit.
 Backward launches twice as many."""
+
+KERNEL_GAP_S = 3e-6
+"""GPU-side gap between back-to-back kernels when the host has queued them ahead (asynchronous
+launches): the launch latency of a queued kernel, ~2-4 us (NVIDIA developer blog "Getting
+Started with CUDA Graphs", 2019: a 2.9 us kernel takes 3.8 us per launch back to back without
+graphs, i.e. ~1 us of gap, and ~9.6 us when each launch is synchronised; 3 us also covers the
+tail of each kernel's last wave). Used only by frameworks whose dispatch overlaps the GPU
+(`Framework.host_dispatch_overlapped`). Not fitted."""
 
 LINK_EFFICIENCY: dict[str, float] = {
     # Achieved bus bandwidth over the link's datasheet rate for large NCCL collectives:

@@ -249,9 +249,11 @@ def _check_structure(plan: Plan) -> None:
                 if r in used:
                     raise ValueError(f"rank {r} is used by {used[r]} and {where}.stages.{s_idx}")
                 used[r] = f"{where}.stages.{s_idx}"
-        if plan.schedule in ("1f1b", "interleaved") and pipe.microbatches < groups:
+        # Plain 1F1B with fewer micro-batches than stages is legal (Megatron's warm-up is
+        # min(S - s - 1, m): every forward, then every backward); interleaving is not.
+        if plan.schedule == "interleaved" and v > 1 and pipe.microbatches < groups:
             raise ValueError(f"{where}: {pipe.microbatches} micro-batches < {groups} stages; "
-                             f"{plan.schedule} needs at least one micro-batch per stage")
+                             f"interleaved needs at least one micro-batch per stage")
     _check_expert_groups(plan)
     total = sum(p.microbatches for p in plan.pipelines) * plan.micro_batch_size
     if total != plan.global_batch_size:

@@ -39,7 +39,7 @@ def test_unknown_framework_is_one_line(capsys: pytest.CaptureFixture[str]) -> No
         code, out, err = run_cli(argv, capsys)
         assert code != 0
         assert err.strip().splitlines() == [
-            "error: --framework 'jax': use one of hetplan, megatron"]
+            "error: --framework 'jax': use one of hetplan, megatron, torchtitan, deepspeed"]
         assert "Traceback" not in err
 
 

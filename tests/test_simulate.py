@@ -243,3 +243,13 @@ def test_a_slow_link_carries_one_microbatch_at_a_time() -> None:
     # Backward of stage 1 runs 14-18; gradients reach stage 0 at 18, 21, 24, 27 (the link
     # again); stage 0's last backward ends at 28.
     assert t.pipeline_s == pytest.approx(28.0)
+
+
+def test_one_f_one_b_with_fewer_microbatches_than_stages_is_legal() -> None:
+    # Megatron / DeepSpeed run it: warm-up min(S − s − 1, m) forwards, so with m < S every
+    # stage runs all forwards then all backwards; uniform stages give (m + S − 1)(f + b),
+    # the pipeline closed form (Narayanan et al. 2021 §2.2).
+    for s, m in [(4, 1), (4, 2), (8, 3)]:
+        t = simulate(_uniform(s, 1), m, "1f1b")
+        assert t.pipeline_s == pytest.approx((m + s - 1) * 3.0)
+        assert t.max_inflight == tuple(min(s - d, m) for d in range(s))

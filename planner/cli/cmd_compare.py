@@ -14,7 +14,13 @@ from rich import box
 from rich.table import Table
 
 from planner.cli.main import app
-from planner.cli.options import FrameworkOption, ProfilesOption, load_profiles
+from planner.cli.options import (
+    CalibrationOption,
+    FrameworkOption,
+    ProfilesOption,
+    load_profiles,
+    use_calibration,
+)
 from planner.cli.output import console, print_json, wide_console
 
 __all__ = ["compare", "duration"]
@@ -44,6 +50,7 @@ def compare(
     plot: Annotated[Path | None, typer.Option(
         "--plot", help="Throughput vs $/h with the Pareto front (.png or .svg).")] = None,
     framework: FrameworkOption = None,
+    calibration: CalibrationOption = None,
     profiles: ProfilesOption = None,
     json_out: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
@@ -54,6 +61,7 @@ def compare(
     from planner.report.compare import parse_tokens
     from planner.report.pareto import draw_pareto
 
+    use_calibration(calibration)
     fw = framework_named(framework)
     measured = load_profiles(profiles)
     train_tokens = parse_tokens(tokens) if tokens is not None else None

@@ -17,7 +17,13 @@ from rich.table import Table
 
 from cost_models.moe import DEFAULT_CAPACITY_FACTOR
 from planner.cli.main import EXIT_INFEASIBLE, app
-from planner.cli.options import FrameworkOption, ProfilesOption, load_profiles
+from planner.cli.options import (
+    CalibrationOption,
+    FrameworkOption,
+    ProfilesOption,
+    load_profiles,
+    use_calibration,
+)
 from planner.cli.output import console, print_json
 from planner.cli.plan_file import is_plan_file, load_checked
 from planner.errors import HetplanError
@@ -107,6 +113,7 @@ def estimate(
                                               "else the analytic model alone).")] = False,
     profiles_files: ProfilesOption = None,
     framework: FrameworkOption = None,
+    calibration: CalibrationOption = None,
     json_out: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
     """Predict iteration time, throughput, MFU, $ and per-stage memory of a given plan."""
@@ -120,6 +127,7 @@ def estimate(
         raise HetplanError(f"--recompute {recompute!r}: use none, selective or full")
     if schedule not in ("1f1b", "gpipe", "interleaved"):
         raise HetplanError(f"--schedule {schedule!r}: use 1f1b, gpipe or interleaved")
+    use_calibration(calibration)
     profiles = load_profiles(profiles_files, shipped=not no_profiles)
     if is_plan_file(model_or_plan) or (model_or_plan.endswith(".json") and cluster is None):
         # A plan, priced on the cluster it embeds or on CLUSTER (checked against it).

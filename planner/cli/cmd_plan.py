@@ -19,7 +19,13 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from planner.cli.main import app
-from planner.cli.options import FrameworkOption, ProfilesOption, load_profiles
+from planner.cli.options import (
+    CalibrationOption,
+    FrameworkOption,
+    ProfilesOption,
+    load_profiles,
+    use_calibration,
+)
 from planner.cli.output import console, print_json
 from planner.errors import HetplanError
 
@@ -112,6 +118,7 @@ def plan(
     sequence_parallel: Annotated[bool, typer.Option(
         "--sequence-parallel", help="Plan with Megatron sequence parallelism.")] = False,
     framework: FrameworkOption = None,
+    calibration: CalibrationOption = None,
     profiles: ProfilesOption = None,
     json_out: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
@@ -125,6 +132,7 @@ def plan(
         raise HetplanError(f"--objective {objective!r}: use throughput or cost")
     if top_k < 1:
         raise HetplanError(f"--top-k {top_k}: must be at least 1")
+    use_calibration(calibration)
     fw = framework_named(framework)
     measured = load_profiles(profiles)
     m = load_model(model)

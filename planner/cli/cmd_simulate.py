@@ -16,16 +16,22 @@ from rich import box
 from rich.table import Table
 
 from planner.cli.main import EXIT_INFEASIBLE, app
-from planner.cli.options import ProfilesOption, load_profiles
+from planner.cli.options import (
+    CalibrationOption,
+    FrameworkOption,
+    ProfilesOption,
+    load_profiles,
+    use_calibration,
+)
 from planner.cli.output import console, print_json, wide_console
 
 __all__ = ["simulate", "simulate_plan"]
 
 
-def simulate_plan(plan_path: str | Path,
-                  profiles: Any = None) -> tuple[Any, Any, tuple[Any, ...]]:
+def simulate_plan(plan_path: str | Path, profiles: Any = None,
+                  framework: str | None = None) -> tuple[Any, Any, tuple[Any, ...]]:
     """(plan, estimate, timelines with events) for a plan file; `profiles`: a ProfileSet
-    (None: the shipped profiles)."""
+    (None: the shipped profiles); `framework`: a `--framework` name (None: the plan's)."""
     from planner.cli.plan_file import load_checked
     from planner.costing import estimate
     from planner.costing.framework import framework_named
@@ -33,7 +39,7 @@ def simulate_plan(plan_path: str | Path,
 
     plan = load_checked(plan_path).plan
     # The model and cluster the plan embeds, priced for the runtime it was planned for.
-    est = estimate(None, None, plan, framework=framework_named(None, plan.predicted),
+    est = estimate(None, None, plan, framework=framework_named(framework, plan.predicted),
                    profiles=profiles)
     timelines = est.timeline if isinstance(est.timeline, tuple) else (est.timeline,)
     return plan, est, tuple(with_events(t) for t in timelines)
@@ -46,13 +52,16 @@ def simulate(
         "--gantt", help="Write the Gantt chart (.png or .svg).")] = None,
     svg: Annotated[Path | None, typer.Option("--svg", help="Also write it as SVG.")] = None,
     profiles: ProfilesOption = None,
+    framework: FrameworkOption = None,
+    calibration: CalibrationOption = None,
     json_out: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
     """Simulate a plan's pipeline schedule: per-stage busy time, bubble, Gantt chart."""
     from planner.report.gantt import draw_gantt
     from planner.report.plan_view import stage_labels, timeline_to_dict
 
-    plan, est, timelines = simulate_plan(plan_file, load_profiles(profiles))
+    use_calibration(calibration)
+    plan, est, timelines = simulate_plan(plan_file, load_profiles(profiles), framework)
     labels = stage_labels(plan)
     title = f"{(plan.model or {}).get('name', 'model')} on {(plan.cluster or {}).get('name', '')}"
     written = [draw_gantt(timelines, path, labels, title=title)

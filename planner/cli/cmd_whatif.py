@@ -13,7 +13,13 @@ from rich import box
 from rich.table import Table
 
 from planner.cli.main import app
-from planner.cli.options import FrameworkOption, ProfilesOption, load_profiles
+from planner.cli.options import (
+    CalibrationOption,
+    FrameworkOption,
+    ProfilesOption,
+    load_profiles,
+    use_calibration,
+)
 from planner.cli.output import console, print_json
 
 __all__ = ["whatif"]
@@ -39,6 +45,7 @@ def whatif(
     objective: Annotated[str, typer.Option(
         "--objective", help="throughput | cost")] = "throughput",
     framework: FrameworkOption = None,
+    calibration: CalibrationOption = None,
     profiles: ProfilesOption = None,
     json_out: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
@@ -49,6 +56,7 @@ def whatif(
     from planner.report.whatif import whatif as run_whatif
     from planner.report.whatif import whatif_lines
 
+    use_calibration(calibration)
     fw = framework_named(framework)
     measured = load_profiles(profiles)
     if not (add or remove or price or partition):

@@ -28,11 +28,13 @@ app = typer.Typer(
 def _register() -> None:
     # Each module adds its command(s) to `app` on import.
     from planner.cli import (  # noqa: F401
+        cmd_calibrate,
         cmd_compare,
         cmd_demo,
         cmd_dryrun,
         cmd_estimate,
         cmd_export,
+        cmd_frameworks,
         cmd_gpus,
         cmd_inspect,
         cmd_launch,

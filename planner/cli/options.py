@@ -12,10 +12,25 @@ from planner.errors import HetplanError
 if TYPE_CHECKING:
     from cost_models.profiles import ProfileSet
 
-__all__ = ["FrameworkOption", "ProfilesOption", "load_profiles"]
+__all__ = ["CalibrationOption", "FrameworkOption", "ProfilesOption", "load_profiles",
+           "use_calibration"]
+
+CalibrationOption = Annotated[Path | None, typer.Option(
+    "--calibration", help="Constants refitted on this cluster's measured runs (from "
+    "`hetplan calibrate RUNS.csv --out FILE`).")]
+
+
+def use_calibration(path: Path | None) -> None:
+    """Apply `--calibration FILE` to every estimate of this command (checked first)."""
+    if path is None:
+        return
+    from planner.costing.calibrate import apply_calibration, load_calibration
+
+    apply_calibration(load_calibration(path))
 
 FrameworkOption = Annotated[str | None, typer.Option(
-    "--framework", help="Runtime to price: hetplan (what `hetplan launch` runs) | megatron. "
+    "--framework", help="Runtime to price: hetplan (what `hetplan launch` runs) | megatron | "
+    "torchtitan | deepspeed (`hetplan frameworks` lists what each assumes). "
     "Default: the one a plan file was priced for, else hetplan.")]
 """`--framework NAME`; commands resolve it with `planner.costing.framework.framework_named`."""
 

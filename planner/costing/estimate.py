@@ -60,10 +60,12 @@ def estimate(model: Any, cluster: Cluster | None, plan: Plan, *,
     spec's; `overlap_dp` hides the data-parallel traffic behind each device's last micro-batch
     (forward and backward: FSDP and Megatron's distributed optimizer gather parameters during
     the forward and reduce gradients during the backward) instead of running it after the
-    flush. `framework` describes the executing framework where it changes the cost (default:
-    hetplan's runtime; `planner.costing.framework`). `capacity_factor`: a mixture-of-experts
+    flush (a framework with `dp_overlap` always overlaps). `framework` describes the executing
+    framework where it changes the cost (default: hetplan's runtime;
+    `planner.costing.framework`). `capacity_factor`: a mixture-of-experts
     layer's busiest expert carries this many times the balanced load (`cost_models/moe.py`).
     """
+    overlap_dp = overlap_dp or framework.dp_overlap
     graph, spec_precision = resolve_model(model, plan)
     precision = precision or spec_precision
     cluster = resolve_cluster(cluster, plan)

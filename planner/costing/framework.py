@@ -40,10 +40,11 @@ with one of these records instead of bending the shared constants:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 __all__ = ["AMP_DEEPSPEED_MEGATRON", "DEEPSPEED_PIPELINE", "DEFAULT_FRAMEWORK", "FRAMEWORKS",
-           "MEGATRON_CORE", "MEGATRON_EAGER", "SAILOR_DEEPSPEED", "Framework", "framework_named",
+           "DEEPSPEED", "HETPLAN_RUNTIME", "MEGATRON_CORE", "MEGATRON_EAGER", "SAILOR_DEEPSPEED",
+           "TORCHTITAN", "Framework", "framework_named",
            "framework_of"]
 
 
@@ -81,6 +82,27 @@ class Framework:
     """The s×s attention probabilities are kept for the backward (eager attention)."""
     attention_dropout: bool = False
     """With `keeps_attention_probs`: attention dropout keeps its mask and dropped copy too."""
+    host_dispatch_overlapped: bool = False
+    """Host dispatch runs ahead of the GPU (asynchronous launches, nothing synchronises per
+    kernel): a pass costs max(GPU work + a small gap per kernel, dispatch of all kernels)
+    instead of GPU work + the per-kernel cost (`cost_models.compute._with_launches`)."""
+    dp_overlap: bool = False
+    """DP gradient reduce(-scatter) and parameter all-gather run during the backward /
+    forward in buckets, hidden behind each device's last micro-batch (`estimate`'s
+    `overlap_dp`); False: after the pipeline flush."""
+    tp_comm_overlap: bool = False
+    """TP collectives are split into chunks pipelined with the adjacent GEMMs (Transformer
+    Engine userbuffers): only the part longer than the layer pass's GEMM time shows."""
+    fused_kernels: bool = False
+    """Fused elementwise chains (norm into GEMM, RoPE, SwiGLU / bias-GeLU, bias-dropout-add):
+    each block's memory-bound traffic is `cost_models.fusion.fused_traffic_ratio` of the
+    eager graph's, from the block's own dimensions (on top of `memory_traffic_scale`)."""
+    fp8: str = field(default="", compare=False)
+    """How the stack runs fp8 when the plan's precision is fp8 (documentation only: the
+    GEMMs then run at the fp8 peak, `cost_models.compute.matmul_dtype`); empty: no fp8 path."""
+    sources: tuple[str, ...] = field(default=(), compare=False)
+    """Where each behaviour is documented (code or docs of that stack), for `hetplan
+    frameworks`."""
 
     def __post_init__(self) -> None:
         if not 0 < self.memory_traffic_scale <= 1:
@@ -132,13 +154,67 @@ all-reduce only), Megatron's eager attention with dropout on the probabilities. 
 blocking p2p is left out: modelled, it made every AMP figure worse
 (docs/cost-model.md §7)."""
 
-MEGATRON_CORE = Framework(name="megatron", pads_vocab=True, tied_grad_pairs=True)
-"""Megatron-LM / Megatron-core as launched today: causal flash attention, vocab-parallel
-embedding and head, the embedding group for tied weights (for teams that plan with hetplan and
-launch Megatron themselves; `hetplan launch` always runs hetplan's runtime)."""
+HETPLAN_RUNTIME = Framework(
+    name="hetplan",
+    sources=("planner/runtime/stage.py: scaled_dot_product_attention(is_causal=True), "
+             "apply_vocab_tp (split only when TP divides the vocabulary)",
+             "planner/runtime/grads.py: DP all-reduce after the pipeline flush; one "
+             "all-reduce over every tied copy",
+             "eager PyTorch modules, no fused elementwise kernels; per-kernel cost additive "
+             "as fitted (docs/cost-model.md §2)"))
+"""hetplan's own runtime (what `hetplan launch` runs): the defaults of `Framework`."""
 
-FRAMEWORKS = {"hetplan": DEFAULT_FRAMEWORK, "megatron": MEGATRON_CORE}
-"""The runtimes `hetplan plan / estimate --framework` price."""
+MEGATRON_CORE = Framework(
+    name="megatron", pads_vocab=True, tied_grad_pairs=True, host_dispatch_overlapped=True,
+    dp_overlap=True, tp_comm_overlap=True, fused_kernels=True,
+    fp8="Transformer Engine delayed-scaling fp8 GEMMs (--fp8-format hybrid), bf16 elsewhere",
+    sources=(
+        "Megatron-LM megatron/core/transformer (TE TransformerEngine spec): TELayerNormColumn"
+        "ParallelLinear fuses the norm into the GEMM, fused RoPE (apply_rotary_pos_emb_fused),"
+        " bias_swiglu / bias_gelu fusions, bias_dropout_add fusion",
+        "TE DotProductAttention (flash / cuDNN fused attention), attn_mask_type=causal",
+        "megatron/core/distributed: DistributedDataParallel overlap_grad_reduce (bucketed "
+        "reduce-scatter during backward) and distributed optimizer overlap_param_gather "
+        "(all-gather during forward)",
+        "--tp-comm-overlap (TE userbuffers: all-gather/reduce-scatter pipelined with the "
+        "GEMMs), enabled in NeMo's H100 performance recipes with TP > 1",
+        "VocabParallelEmbedding, parallel cross-entropy, vocabulary padded "
+        "(--make-vocab-size-divisible-by); embedding group for tied weights",
+        "asynchronous CUDA launches: no per-kernel synchronisation in the training loop"))
+"""Megatron-core as its performance recipes run it today (NeMo's published tables are made
+this way), for teams that plan with hetplan and launch Megatron themselves; `hetplan launch`
+always runs hetplan's runtime."""
+
+TORCHTITAN = Framework(
+    name="torchtitan", host_dispatch_overlapped=True, dp_overlap=True,
+    fp8="torchao Float8Linear (dynamic scaling) on the block linears; needs torch.compile",
+    sources=(
+        "torchtitan models/llama: F.scaled_dot_product_attention(is_causal=True)",
+        "torchtitan parallelize_llama: FSDP2 fully_shard (reduce-scatter of gradients during "
+        "backward, prefetched all-gather of parameters during forward)",
+        "rowwise embedding / colwise output with loss_parallel: split when TP divides the "
+        "vocabulary, no padding",
+        "eager modules without torch.compile (no fused elementwise kernels); async TP only "
+        "with compile (enable_async_tensor_parallel), not assumed",
+        "asynchronous CUDA launches: no per-kernel synchronisation"))
+"""PyTorch torchtitan (FSDP2 + TP + PP), bf16 eager. Its selective activation checkpointing
+policies are per-run options (`planner.costing.validation.large_runs.torchtitan_framework`)."""
+
+DEEPSPEED = Framework(
+    name="deepspeed", attention_flops_share=1.0, pads_vocab=True, tied_grad_pairs=True,
+    p2p_blocking=True,
+    sources=(
+        "deepspeed/runtime/pipe/engine.py: PipelineEngine, gradient all-reduce after the "
+        "pipeline flush (reduce_gradients at the end of train_batch)",
+        "deepspeed/runtime/pipe/p2p.py: synchronous send/recv (async_op=False)",
+        "Megatron-DeepSpeed layers: vocab-parallel embedding and logits, masked softmax over "
+        "the full s×s scores (FusedScaleMaskSoftmax), tied_comms for tied weights",
+        "per-kernel cost additive (docs/cost-model.md §2: BLOOM / MT-NLG runs)"))
+"""DeepSpeed's pipeline engine over Megatron-DeepSpeed (BLOOM, MT-NLG)."""
+
+FRAMEWORKS = {"hetplan": HETPLAN_RUNTIME, "megatron": MEGATRON_CORE, "torchtitan": TORCHTITAN,
+              "deepspeed": DEEPSPEED}
+"""The runtimes `hetplan plan / estimate / simulate / compare / whatif --framework` price."""
 
 
 def framework_of(plan_predicted: dict | None) -> str:

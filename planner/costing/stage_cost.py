@@ -13,7 +13,8 @@ from itertools import accumulate
 
 from cost_models.comm import Link, allreduce_s, alltoall_s
 from cost_models.compute import LayerWork, adam_step_s, gemm_s, layer_compute_s, memory_s
-from cost_models.efficiency import KERNELS_PER_BLOCK_FWD, compute_constants
+from cost_models.efficiency import KERNELS_PER_BLOCK_FWD, constants_for
+from cost_models.fusion import fused_traffic_ratio
 from cost_models.gpu import GpuSpec
 from cost_models.memory import (
     FRAMEWORK_OVERHEAD_GIB,
@@ -163,6 +164,8 @@ def _layer_costs(layer: Layer, graph: LayerGraph, gpu: GpuSpec, tp: int, mb: int
     mem_share = (1 / t if sp else 0.5 + 0.5 / t) if split else 1.0
     if layer.kind == "block":  # fused kernels move less than the eager graph (framework.py)
         mem_share *= fw.memory_traffic_scale
+        if fw.fused_kernels:
+            mem_share *= _fused_ratio(layer, graph)
     width = layer.matmul_dim / t if layer.kind in ("block", "other") else layer.matmul_dim
     # A causal flash kernel skips part of the attention core (framework.py); its backward is
     # twice its forward and all activation gradient.
@@ -175,7 +178,14 @@ def _layer_costs(layer: Layer, graph: LayerGraph, gpu: GpuSpec, tp: int, mb: int
         gemm_width=max(width, 1.0),
         kernels_fwd=_KERNELS.get(layer.kind, KERNELS_PER_BLOCK_FWD),
     )
-    fwd, bwd_act, bwd_w = layer_compute_s(work, gpu, precision)
+    fwd, bwd_act, bwd_w = layer_compute_s(work, gpu, precision, fw.host_dispatch_overlapped)
+    if precision == "fp8" and layer.fwd_attention_flops > 0:
+        # fp8 recipes run only the linear layers in fp8 (Transformer Engine fp8_autocast and
+        # torchao Float8Linear); the attention core (flash / fused attention) stays bf16.
+        attn = b * fw.attention_flops_share * layer.fwd_attention_flops / ts
+        extra = (gemm_s(attn, gpu, "bf16", work.gemm_width)
+                 - gemm_s(attn, gpu, precision, work.gemm_width))
+        fwd, bwd_act = fwd + extra, bwd_act + 2 * extra
     comm = (layer.tp_allreduces_fwd * allreduce_s(b * layer.tp_allreduce_bytes, t, link)
             if split else 0.0)
     if ep > 1 and layer.num_experts and ep_link is not None:
@@ -183,7 +193,13 @@ def _layer_costs(layer: Layer, graph: LayerGraph, gpu: GpuSpec, tp: int, mb: int
         # sends its 1/tp share of the routed token copies (Megatron's alltoall dispatcher).
         comm += 2 * alltoall_s(b * layer.a2a_bytes * capacity / ts, ep, ep_link)
     update = adam_step_s(params, gpu)
-    fwd, bwd = fwd + comm, bwd_act + bwd_w + comm
+    comm_fwd = comm_bwd = comm
+    if fw.tp_comm_overlap and comm > 0:
+        # Chunked collectives pipelined with the adjacent GEMMs: only what outlasts them shows.
+        w = work.gemm_width
+        comm_fwd = max(0.0, comm - gemm_s(work.fwd_matmul_flops, gpu, precision, w))
+        comm_bwd = max(0.0, comm - gemm_s(work.bwd_act_matmul_flops, gpu, precision, w))
+    fwd, bwd = fwd + comm_fwd, bwd_act + bwd_w + comm_bwd
     prof, prof_tp = None, t
     if len(profiles):
         prof = profiles.lookup(gpu.name, graph.name, layer.matmul_dim, graph.seq_len,
@@ -215,7 +231,7 @@ def _layer_costs(layer: Layer, graph: LayerGraph, gpu: GpuSpec, tp: int, mb: int
         # The framework's own selective policy: shares of the forward's GEMM and memory-bound
         # work (with their launches) re-run in the backward.
         mem_fwd = (memory_s(work.fwd_memory_bytes, gpu)
-                   + work.kernels_fwd * compute_constants(gpu.generation).kernel_s)
+                   + work.kernels_fwd * constants_for(gpu.name, gpu.generation).kernel_s)
         bwd += (fw.recompute_gemm_fraction * gemm_s(work.fwd_matmul_flops, gpu, precision,
                                                     work.gemm_width)
                 + (fw.recompute_memory_fraction or 0.0) * mem_fwd)
@@ -244,6 +260,22 @@ def _layer_costs(layer: Layer, graph: LayerGraph, gpu: GpuSpec, tp: int, mb: int
         act += probs
     experts = layer.expert_params / ep / ts if layer.num_experts else 0.0
     return fwd, bwd, bwd_w, params, act, update, transient, bwd - no_recompute_bwd, experts
+
+
+def _fused_ratio(layer: Layer, graph: LayerGraph) -> float:
+    """Fused over eager memory-bound traffic of a block (`cost_models.fusion`), from the block's
+    dimensions: hidden = `matmul_dim`, (heads, KV heads, FFN) = `tp_dims`; a gated MLP
+    (SwiGLU: three FFN matrices, which Llama-style models pair with rotary embeddings) when
+    the parameters hold more than the attention and two FFN matrices."""
+    if len(layer.tp_dims) < 3 or graph.seq_len <= 0:
+        return 1.0
+    h = layer.matmul_dim
+    heads, kv_heads, ffn = layer.tp_dims[:3]
+    kv = h // max(heads, 1) * kv_heads
+    attn = h * (h + 2 * kv) + h * h
+    gated = layer.params - attn > 2.5 * h * ffn
+    return fused_traffic_ratio(layer.fwd_memory_bytes / graph.seq_len, h, ffn, kv, gated=gated,
+                               rotary=gated, dtype_bytes=graph.dtype_bytes)
 
 
 def _attention_probs_bytes(layer: Layer, graph: LayerGraph, fw: Framework) -> float:

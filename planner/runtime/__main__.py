@@ -21,6 +21,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--max-grad-norm", type=float, default=None,
                         help="clip the global gradient norm (default: no clipping)")
+    parser.add_argument("--run-log", default=None,
+                        help="append one JSON line per step (plan, step, measured_iteration_s) "
+                        "to this file on rank 0: `hetplan calibrate RUN_LOG` reads it")
     args = parser.parse_args(argv)
     from planner.costing.plan_check import check_plan
     from planner.runtime.training import train
@@ -32,6 +35,10 @@ def main(argv: list[str] | None = None) -> int:
         check_plan(plan, where=args.plan)
         stats = train(plan, steps=args.steps, lr=args.lr, optimizer=args.optimizer,
                       seed=args.seed, max_grad_norm=args.max_grad_norm)
+        if stats.torch_rank == 0 and args.run_log:
+            from planner.runtime.run_log import append_run_log
+
+            append_run_log(args.run_log, args.plan, stats.times)
     except HetplanError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from cost_models.profiles import ProfileSet, default_profiles
 from planner.costing.validation.amp import amp_reports
-from planner.costing.validation.common import FileReport, Row
+from planner.costing.validation.common import FileReport, Row, per_framework_reports
 from planner.costing.validation.large_runs import large_run_reports
 from planner.costing.validation.sailor import sailor_reports
 
@@ -36,5 +36,6 @@ def run_all(data_dir: Path, modes: tuple[str, ...] = MODES) -> dict[str, list[Fi
         if (data_dir / "sailor_measured_plans.csv").exists():
             reports += sailor_reports(data_dir, profiles)
         reports += large_run_reports(data_dir, profiles)
+        reports += per_framework_reports(reports)
         out[mode] = reports
     return out

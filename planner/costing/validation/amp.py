@@ -123,5 +123,6 @@ def amp_reports(data_dir: Path, profiles: ProfileSet) -> list[FileReport]:
         if not est.feasible:
             note = (note + "; " if note else "") + "we predict OOM"
         rows[run.experiment].append(Row(run.label, run.measured_s, est.iteration_time_s,
-                                        feasible=est.feasible, note=note))
+                                        feasible=est.feasible, note=note,
+                                        framework=AMP_DEEPSPEED_MEGATRON.name))
     return [summarise(_FILE, exp, "s/iter", rows[exp], _TARGETS[exp]) for exp in _CLUSTERS]

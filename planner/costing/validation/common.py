@@ -11,7 +11,7 @@ from typing import Any
 from planner.costing.validation.metrics import mape, spearman, top1_regret
 from planner.graph.layers import LayerGraph
 
-__all__ = ["FileReport", "Row", "graph_for", "summarise"]
+__all__ = ["FileReport", "Row", "graph_for", "per_framework_reports", "summarise"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +28,8 @@ class Row:
     used: bool = True
     """Counted in the metrics (False: excluded, the note says why)."""
     note: str = ""
+    framework: str = ""
+    """The framework record the row was priced with (`per_framework_reports`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,3 +98,20 @@ def graph_for(spec: dict[str, Any] | str, **changes: Any) -> LayerGraph:
     data.update(changes)
     data["training"] = training
     return _graph(json.dumps(data, sort_keys=True))
+
+
+def per_framework_reports(reports: list[FileReport]) -> list[FileReport]:
+    """One report per framework record over every counted timing row of `reports` (a file's
+    overall group, which repeats its sub-groups, and peak memory are left out), so a
+    framework's MAPE covers all the files it priced."""
+    by_fw: dict[str, list[Row]] = {}
+    timing = [r for r in reports if not r.group.startswith("peak memory")]
+    split = {r.file for r in timing if r.group != "all"}  # their "all" repeats the groups
+    for rep in timing:
+        if rep.group == "all" and rep.file in split:
+            continue
+        for row in rep.rows:
+            if row.framework:
+                by_fw.setdefault(row.framework, []).append(row)
+    return [summarise("per framework", name, "relative", rows, "informational",
+                      ranking=False) for name, rows in sorted(by_fw.items())]

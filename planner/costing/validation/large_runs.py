@@ -35,12 +35,17 @@ from pathlib import Path
 from typing import Any
 
 from cost_models.catalog import get_gpu
-from cost_models.fusion import fused_traffic_ratio
 from cost_models.gpu import GpuSpec
 from cost_models.profiles import ProfileSet
 from planner.cluster.model import Cluster, NodeGroup
 from planner.costing.estimate import estimate
-from planner.costing.framework import DEEPSPEED_PIPELINE, MEGATRON_EAGER, Framework
+from planner.costing.framework import (
+    DEEPSPEED,
+    MEGATRON_CORE,
+    MEGATRON_EAGER,
+    TORCHTITAN,
+    Framework,
+)
 from planner.costing.megatron import megatron_plan
 from planner.costing.validation.common import FileReport, Row, graph_for, summarise
 from planner.errors import HetplanError
@@ -110,32 +115,30 @@ def _block_dims(model: str) -> tuple[int, int, int, bool]:
 
 CAUSAL_FLASH = 0.5
 """Causal flash attention (SDPA flash / cuDNN / TE fused) computes half the s×s blocks."""
-TORCHTITAN_FULL = Framework(name="torchtitan", attention_flops_share=CAUSAL_FLASH)
-FLASH_ONLY = Framework(name="flash-attention", attention_flops_share=CAUSAL_FLASH)
+TORCHTITAN_FULL = TORCHTITAN
+FLASH_ONLY = Framework(name="flash-attention", attention_flops_share=CAUSAL_FLASH,
+                       dp_overlap=True)
+"""Llama 3's training stack (Dubey et al. 2024 §3.3): causal flash attention and overlapped DP
+traffic; the paper does not describe fused kernels or TP overlap, so none is assumed."""
 
 
 def fused_framework(model: str, graph: Any) -> Framework:
-    """NeMo / Megatron-core with Transformer Engine: fused elementwise chains."""
-    h, ffn, kv, llama = _block_dims(model)
-    block = next(x for x in graph.layers if x.kind == "block")
-    ratio = fused_traffic_ratio(block.fwd_memory_bytes / graph.seq_len, h, ffn, kv,
-                                gated=llama, rotary=llama, dtype_bytes=graph.dtype_bytes)
-    return Framework(name="megatron-core+TE", memory_traffic_scale=ratio,
-                     attention_flops_share=CAUSAL_FLASH, pads_vocab=True,
-                     tied_grad_pairs=True)
+    """NeMo / Megatron-core with Transformer Engine: `hetplan frameworks`' megatron record
+    (fused elementwise chains from each block's dimensions, overlapped DP and TP traffic)."""
+    return MEGATRON_CORE
 
 
 def torchtitan_framework(model: str, graph: Any, policy: str) -> Framework:
     """torchtitan's selective activation checkpointing (`op` or `layer`, see module doc)."""
     if policy == "layer":
-        return Framework(name="torchtitan", recompute_gemm_fraction=0.5,
-                         recompute_memory_fraction=0.5, attention_flops_share=CAUSAL_FLASH)
+        return dataclasses.replace(TORCHTITAN, recompute_gemm_fraction=0.5,
+                                   recompute_memory_fraction=0.5)
     h, ffn, kv, _ = _block_dims(model)
     block = next(x for x in graph.layers if x.kind == "block")
     rerun = 2.0 * (h * kv + h * h + h * ffn) * graph.seq_len  # wk, wo, w3 forward FLOPs
     share = min(1.0, rerun / block.fwd_matmul_flops)
-    return Framework(name="torchtitan", recompute_gemm_fraction=share,
-                     recompute_memory_fraction=1.0, attention_flops_share=CAUSAL_FLASH)
+    return dataclasses.replace(TORCHTITAN, recompute_gemm_fraction=share,
+                               recompute_memory_fraction=1.0)
 
 
 def _cluster(gpu: GpuSpec, gpus: int, nic_gbps: float) -> Cluster:
@@ -161,8 +164,9 @@ _H100_96 = _h100_96gb()
 def _run(model: str, seq: int, precision: str, gpu: GpuSpec, gpus: int, nic_gbps: float,
          tp: int, pp: int, vp: int, mb: int, gbs: int, recompute: str, fsdp: bool,
          profiles: ProfileSet, framework: Any = None,
-         count_recompute: bool = False, overlap_dp: bool = True) -> tuple[float, float, bool]:
-    """(tokens/s per GPU, model TFLOP/s per GPU, feasible) for one configuration.
+         count_recompute: bool = False,
+         overlap_dp: bool = True) -> tuple[float, float, bool, str]:
+    """(tokens/s per GPU, model TFLOP/s per GPU, feasible, framework name) for one configuration.
 
     `framework(model, graph)` gives the executing framework; `count_recompute` counts the
     recomputed forward in the TFLOP/s (Megatron's published convention)."""
@@ -184,7 +188,7 @@ def _run(model: str, seq: int, precision: str, gpu: GpuSpec, gpus: int, nic_gbps
     if count_recompute and recompute == "full":
         flops += sum(x.fwd_flops for x in graph.layers)
     tflops = flops * gbs / est.iteration_time_s / gpus / 1e12
-    return per_gpu, tflops, est.feasible
+    return per_gpu, tflops, est.feasible, fw.name
 
 
 def _costed(label: str, measured: float, *run_args: Any, tflops: bool = False,
@@ -192,10 +196,11 @@ def _costed(label: str, measured: float, *run_args: Any, tflops: bool = False,
     """One row from `_run(*run_args, **run_kwargs)` (tokens/s per GPU, or TFLOP/s per GPU with
     `tflops`); a configuration that cannot be expressed becomes an uncounted row saying why."""
     try:
-        tok, tf, feasible = _run(*run_args, **run_kwargs)
+        tok, tf, feasible, fw_name = _run(*run_args, **run_kwargs)
     except (HetplanError, KeyError, ValueError) as exc:
         return Row(label, measured, None, used=False, note=str(exc))
-    return Row(label, measured, tf if tflops else tok, feasible=feasible, used=used, note=note)
+    return Row(label, measured, tf if tflops else tok, feasible=feasible, used=used, note=note,
+               framework=fw_name)
 
 
 def _ac(text: str) -> str:
@@ -309,7 +314,7 @@ def _historic(profiles: ProfileSet) -> list[Row]:
     for label, model, gpus, nic, tp, pp, mb, gbs, measured in _HISTORIC:
         rows.append(_costed(
             label, measured, model, 2048, "bf16", a100, gpus, nic, tp, pp, 1, mb, gbs, "full",
-            False, profiles, lambda m, g: DEEPSPEED_PIPELINE, count_recompute=True,
+            False, profiles, lambda m, g: DEEPSPEED, count_recompute=True,
             overlap_dp=False, tflops=True))
     return rows
 

@@ -133,7 +133,8 @@ def sailor_reports(data_dir: Path, profiles: ProfileSet) -> list[FileReport]:
             if not est.feasible:
                 note = (note + "; " if note else "") + "we predict OOM"
             groups[group].append(Row(label, measured, est.iteration_time_s,
-                                     feasible=est.feasible, used=excluded is None, note=note))
+                                     feasible=est.feasible, used=excluded is None, note=note,
+                                     framework=SAILOR_DEEPSPEED.name))
             memory[group].append(Row(label, float(rec["measured_peak_mem_GiB(max_mem)"]),
                               max(st.peak_memory_gib for st in est.stages),
                               used=excluded is None, note=excluded or ""))

@@ -1,0 +1,64 @@
+"""`hetplan frameworks [--json]`: what each `--framework` record assumes, with its sources."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+
+from planner.cli.main import app
+from planner.cli.output import console, print_json
+
+__all__ = ["framework_record", "frameworks"]
+
+
+def framework_record(name: str) -> dict[str, Any]:
+    """One framework record as plain JSON data (fixed key order)."""
+    from planner.costing.framework import FRAMEWORKS
+
+    fw = FRAMEWORKS[name]
+    causal = fw.attention_flops_share < 1.0
+    return {
+        "name": name,
+        "host_dispatch_overlapped": fw.host_dispatch_overlapped,
+        "dp_overlap": fw.dp_overlap,
+        "tp_comm_overlap": fw.tp_comm_overlap,
+        "fused_kernels": fw.fused_kernels,
+        "causal_flash_attention": causal,
+        "vocab_parallel": fw.vocab_parallel,
+        "pads_vocab": fw.pads_vocab,
+        "tied_grad_pairs": fw.tied_grad_pairs,
+        "p2p_blocking": fw.p2p_blocking,
+        "fp8": fw.fp8 or "not used",
+        "sources": list(fw.sources),
+    }
+
+
+def _yes(flag: bool) -> str:
+    return "yes" if flag else "no"
+
+
+@app.command()
+def frameworks(
+    json_out: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+) -> None:
+    """List the runtimes `--framework` prices and what each assumes, with sources."""
+    from planner.costing.framework import FRAMEWORKS
+
+    records = [framework_record(n) for n in FRAMEWORKS]
+    if json_out:
+        print_json({"frameworks": records})
+        return
+    for r in records:
+        console.print(f"[bold]{r['name']}[/bold]")
+        console.print(
+            f"  host dispatch overlapped with GPU work: {_yes(r['host_dispatch_overlapped'])}; "
+            f"DP reduce / param gather overlapped (bucketed): {_yes(r['dp_overlap'])}; "
+            f"TP comm overlap: {_yes(r['tp_comm_overlap'])}")
+        console.print(
+            f"  fused kernels: {_yes(r['fused_kernels'])}; causal flash attention: "
+            f"{_yes(r['causal_flash_attention'])}; vocab-parallel embedding/head: "
+            f"{_yes(r['vocab_parallel'])}{' (padded)' if r['pads_vocab'] else ''}; "
+            f"blocking p2p: {_yes(r['p2p_blocking'])}; fp8: {r['fp8']}")
+        for src in r["sources"]:
+            console.print(f"  - {src}")

@@ -1,0 +1,204 @@
+"""Refit a cluster's few constants from its own measured runs (`hetplan calibrate`).
+
+Input: RUNS.csv with columns `plan` (a plan JSON path, relative to the CSV) and
+`measured_iteration_s`, or JSON lines with the same keys: the runtime's run log
+(`python -m planner.runtime PLAN.json --run-log FILE.jsonl`, warm-up step skipped).
+Fitted: one achievable-efficiency scale per GPU type the plans use (it multiplies that
+type's tensor / fp8 / TF32 / CUDA-core efficiencies, `cost_models.efficiency.constants_for`,
+each capped at 1) - never a constant per row. The fit minimises the squared log error of the
+iteration times, one GPU type at a time (golden-section search on log scale, a few sweeps).
+What the scales cannot absorb (two rows of one plan with different times, a run paced by
+something the plan does not contain) stays as the residual, which `hetplan calibrate` prints.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from cost_models.efficiency import set_calibration
+from planner.errors import HetplanError
+
+__all__ = ["CalibrationFit", "MeasuredRun", "apply_calibration", "fit", "load_calibration",
+           "load_runs", "write_calibration"]
+
+_LO, _HI = 0.1, 10.0
+"""Bounds of a fitted scale: beyond them the constants are not what is wrong."""
+
+
+@dataclass(frozen=True, slots=True)
+class MeasuredRun:
+    where: str
+    """file:line, for messages."""
+    plan: Any
+    measured_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class CalibrationFit:
+    scales: dict[str, float]
+    before_s: tuple[float, ...]
+    after_s: tuple[float, ...]
+    measured_s: tuple[float, ...]
+
+    @staticmethod
+    def _rms_pct(pred: tuple[float, ...], meas: tuple[float, ...]) -> float:
+        errs = [math.log(p / m) for p, m in zip(pred, meas, strict=True)]
+        return 100.0 * (math.exp(math.sqrt(sum(e * e for e in errs) / len(errs))) - 1.0)
+
+    @property
+    def rms_before_pct(self) -> float:
+        return self._rms_pct(self.before_s, self.measured_s)
+
+    @property
+    def rms_after_pct(self) -> float:
+        return self._rms_pct(self.after_s, self.measured_s)
+
+
+def load_runs(path: Path) -> list[MeasuredRun]:
+    """Every row checked (plan file exists and loads, time > 0) before anything runs."""
+    from planner.schema import Plan
+
+    if not path.is_file():
+        raise HetplanError(f"calibrate {path}: no such file")
+    records: list[tuple[str, dict[str, Any]]] = []
+    text = path.read_text(encoding="utf-8")
+    if path.suffix in (".jsonl", ".json"):
+        for i, line in enumerate(text.splitlines(), 1):
+            if line.strip():
+                try:
+                    records.append((f"{path}:{i}", json.loads(line)))
+                except json.JSONDecodeError as exc:
+                    raise HetplanError(f"{path}:{i}: not JSON ({exc.msg})") from None
+    else:
+        reader = csv.DictReader(text.splitlines())
+        missing = {"plan", "measured_iteration_s"} - set(reader.fieldnames or ())
+        if missing:
+            raise HetplanError(f"{path}: needs columns plan, measured_iteration_s (missing "
+                               f"{', '.join(sorted(missing))})")
+        records = [(f"{path}:{i}", dict(r)) for i, r in enumerate(reader, 2)]
+    runs = []
+    for where, rec in records:
+        if rec.get("warmup") is True:  # a run log's first step (planner/runtime/run_log.py)
+            continue
+        plan_ref, raw = rec.get("plan"), rec.get("measured_iteration_s")
+        if not plan_ref or raw in (None, ""):
+            raise HetplanError(f"{where}: needs plan and measured_iteration_s")
+        try:
+            measured = float(raw)  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            raise HetplanError(f"{where}: measured_iteration_s {raw!r} is not a number") from None
+        if not measured > 0 or math.isinf(measured):
+            raise HetplanError(f"{where}: measured_iteration_s must be > 0, got {raw}")
+        plan_path = Path(str(plan_ref))
+        if not plan_path.is_absolute():
+            plan_path = path.parent / plan_path
+        if not plan_path.is_file():
+            raise HetplanError(f"{where}: plan {plan_ref} not found (paths are relative to "
+                               f"{path.parent})")
+        try:
+            plan = Plan.load(plan_path)
+        except Exception as exc:  # noqa: BLE001 - any load failure becomes one line
+            raise HetplanError(f"{where}: plan {plan_ref}: {exc}") from None
+        if not plan.model or not plan.cluster:
+            raise HetplanError(f"{where}: plan {plan_ref} does not embed its model and "
+                               "cluster (write it with `hetplan plan -o`)")
+        runs.append(MeasuredRun(where, plan, measured))
+    if not runs:
+        raise HetplanError(f"{path}: no runs")
+    return runs
+
+
+def _gpus(plan: Any) -> set[str]:
+    return {st.gpu for pipe in plan.pipelines for st in pipe.stages}
+
+
+def _predict(runs: list[MeasuredRun], scales: dict[str, float],
+             framework: str | None) -> tuple[float, ...]:
+    from planner.costing.estimate import estimate
+    from planner.costing.framework import framework_named
+
+    apply_calibration(scales)
+    return tuple(estimate(None, None, r.plan,
+                          framework=framework_named(framework, r.plan.predicted)).iteration_time_s
+                 for r in runs)
+
+
+def _loss(pred: tuple[float, ...], runs: list[MeasuredRun]) -> float:
+    return sum(math.log(p / r.measured_s) ** 2 for p, r in zip(pred, runs, strict=True))
+
+
+def fit(runs: list[MeasuredRun], framework: str | None = None,
+        sweeps: int = 3, steps: int = 24) -> CalibrationFit:
+    """Per-GPU-type efficiency scales minimising the squared log error (see module doc)."""
+    names = sorted(set().union(*(_gpus(r.plan) for r in runs)))
+    scales = {n: 1.0 for n in names}
+    before = _predict(runs, {}, framework)
+    inv = (math.sqrt(5) - 1) / 2
+    for _ in range(sweeps if len(names) > 1 else 1):
+        for n in names:
+            mine = [r for r in runs if n in _gpus(r.plan)]
+
+            def f(x: float, n: str = n, mine: list[MeasuredRun] = mine) -> float:
+                return _loss(_predict(mine, {**scales, n: math.exp(x)}, framework), mine)
+
+            a, b = math.log(_LO), math.log(_HI)
+            c, d = b - inv * (b - a), a + inv * (b - a)
+            fc, fd = f(c), f(d)
+            for _ in range(steps):
+                if fc <= fd:  # ties: keep the smaller scale (above the cap at 1 all are equal)
+                    b, d, fd = d, c, fc
+                    c = b - inv * (b - a)
+                    fc = f(c)
+                else:
+                    a, c, fc = c, d, fd
+                    d = a + inv * (b - a)
+                    fd = f(d)
+            scales[n] = round(math.exp((a + b) / 2), 4)
+    after = _predict(runs, scales, framework)
+    apply_calibration({})
+    return CalibrationFit(scales, before, after, tuple(r.measured_s for r in runs))
+
+
+def apply_calibration(scales: dict[str, float]) -> None:
+    """Install per-GPU scales for every later estimate of this process (and drop cost tables
+    cached under the previous constants)."""
+    import importlib
+
+    set_calibration(scales)
+    importlib.import_module("planner.costing.stage_cost")._CACHE.clear()
+
+
+def write_calibration(out: Path, result: CalibrationFit, source: Path) -> None:
+    data = {"gpu_efficiency_scale": dict(sorted(result.scales.items())),
+            "fitted_on": str(source), "runs": len(result.measured_s),
+            "rms_error_before_pct": round(result.rms_before_pct, 3),
+            "rms_error_after_pct": round(result.rms_after_pct, 3)}
+    out.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+
+
+def load_calibration(path: Path) -> dict[str, float]:
+    """Read and check `--calibration FILE`; returns the scales (not yet applied)."""
+    if not path.is_file():
+        raise HetplanError(f"--calibration {path}: no such file")
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise HetplanError(f"--calibration {path}: not YAML ({exc})") from None
+    scales = data.get("gpu_efficiency_scale") if isinstance(data, dict) else None
+    if not isinstance(scales, dict) or not scales:
+        raise HetplanError(f"--calibration {path}: needs a gpu_efficiency_scale mapping "
+                           "(write it with `hetplan calibrate RUNS.csv --out FILE`)")
+    out = {}
+    for name, value in scales.items():
+        if not isinstance(value, int | float) or not _LO <= value <= _HI:
+            raise HetplanError(f"--calibration {path}: gpu_efficiency_scale.{name} = {value!r}; "
+                               f"use a number in [{_LO}, {_HI}]")
+        out[str(name)] = float(value)
+    return out
