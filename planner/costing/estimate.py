@@ -19,7 +19,7 @@ from functools import lru_cache
 from typing import Any
 
 from cost_models.compute import peak_tflops
-from cost_models.memory import inflight_microbatches
+from cost_models.memory import GIB, inflight_microbatches
 from cost_models.profiles import ProfileSet
 from planner.cluster.model import Cluster, Node
 from planner.costing.framework import DEFAULT_FRAMEWORK, Framework
@@ -199,7 +199,8 @@ def _stage_row(plan: Plan, d: _Device, max_inflight: int, s_count: int,
     row = StageEstimate(pipeline=d.pipeline, stage=d.index, gpu=gpu.name, tp=d.tp,
                         layers=(first.layers[0], last.layers[1]), fwd_ms=merged.fwd_s * 1e3,
                         bwd_ms=merged.bwd_s * 1e3, peak_memory_gib=peak,
-                        memory_capacity_gib=gpu.memory_gib)
+                        memory_capacity_gib=gpu.memory_gib,
+                        optimizer_gib=merged.optimizer_bytes_per_gpu / shard / GIB)
     problem = None
     if peak > gpu.memory_gib:
         problem = (f"pipeline {d.pipeline} stage {d.index} ({gpu.name}): needs {peak:.1f} GiB "
