@@ -109,7 +109,7 @@ class Runner:
         # Collective: every rank creates every group in one order. Ranks that disagree on the
         # list (a model factory that differs between ranks) would hang in new_group instead.
         wanted = list(tp_groups(plan)) + [g for r in rules.values() for g in r.groups]
-        if plan.zero1:
+        if plan.zero_stage:
             wanted += zero_groups(rules)
         _agree(sorted(set(wanted)), "the process groups (same model on every rank?)")
         self.groups = make_groups(wanted, to_torch, rank)
@@ -160,7 +160,10 @@ class Runner:
         self.to_torch = to_torch
         self.zero = (ShardedOptimizer(self.params, rules, rank, to_torch, self.groups,
                                       lambda ps: make_optimizer(ps, optimizer, lr))
-                     if plan.zero1 else None)
+                     if plan.zero_stage else None)
+        if plan.zero_stage >= 2:
+            self.notes.append(f"zero {plan.zero_stage}: the runtime shards optimizer state only "
+                              "(ZeRO-1): same math, gradients and weights stay whole")
         self.optimizer = (self.zero.optimizer if self.zero is not None
                           else make_optimizer([p for _, p in self.params], optimizer, lr))
 
