@@ -21,8 +21,29 @@ __all__ = [
     "layer_compute_s",
     "matmul_dtype",
     "memory_s",
+    "needs_loss_scaling",
     "peak_tflops",
+    "training_dtype",
 ]
+
+
+def training_dtype(gpu: GpuSpec, precision: str) -> str:
+    """The dtype forward and backward run in at a training precision on `gpu`: the one rule
+    the cost model prices and the runtime autocasts to. bf16 becomes fp16 with dynamic loss
+    scaling on GPUs without bf16 tensor cores (V100, T4); fp8, which the runtime does not
+    run, counts as bf16 here; fp32 stays fp32."""
+    if precision == "fp32":
+        return "fp32"
+    if precision == "fp16":
+        return "fp16"
+    if precision in ("bf16", "fp8"):
+        return "bf16" if gpu.supports_bf16 else "fp16"
+    raise ValueError(f"unknown precision {precision!r}; use bf16, fp16, fp32 or fp8")
+
+
+def needs_loss_scaling(gpu: GpuSpec, precision: str) -> bool:
+    """Whether training at `precision` on `gpu` computes in fp16, hence scales the loss."""
+    return training_dtype(gpu, precision) == "fp16"
 
 
 def matmul_dtype(gpu: GpuSpec, precision: str) -> str:
@@ -33,7 +54,7 @@ def matmul_dtype(gpu: GpuSpec, precision: str) -> str:
     `allow_tf32`/Megatron default on Ampere+), plain FP32 otherwise; fp8 falls back to bf16.
     """
     chain = {
-        "bf16": ("bf16", "fp16", "fp32"),
+        "bf16": (training_dtype(gpu, "bf16"), "fp32"),
         "fp16": ("fp16", "bf16", "fp32"),
         "fp32": ("tf32", "fp32"),
         "fp8": ("fp8", "bf16", "fp16", "fp32"),

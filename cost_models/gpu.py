@@ -46,6 +46,12 @@ class GpuSpec:
     price_per_gpu_hour: float | None = None
     """Example on-demand cloud price, USD; its source is in `sources["price_per_gpu_hour"]`."""
 
+    @property
+    def supports_bf16(self) -> bool:
+        """Whether the GPU has bf16 tensor cores (Ampere, Ada, Hopper, CDNA2+; not Volta or
+        Turing, where bf16 would be emulated at FP32-core speed)."""
+        return self.peak_tflops.get("bf16", 0.0) > 0
+
     def peak(self, dtype: str) -> float:
         """Dense peak TFLOP/s for `dtype`; KeyError when the GPU lacks it (no silent fallback)."""
         if dtype not in self.peak_tflops:

@@ -81,6 +81,10 @@ class Plan(_Frozen):
     sequence_parallel: bool = False
     zero1: bool = False
     """Shard optimizer state over each layer's data-parallel group (ZeRO stage 1)."""
+    zero: int = Field(default=0, ge=0, le=3)
+    """ZeRO stage over data parallelism: 1 shards optimizer state, 2 also gradients, 3 also
+    weights (FSDP: gathered layer by layer in forward and backward). `zero1: true` means at
+    least 1."""
     pipelines: tuple[Pipeline, ...] = Field(min_length=1)
     ranks: tuple[RankInfo, ...]
     predicted: dict[str, Any] | None = None
@@ -101,6 +105,11 @@ class Plan(_Frozen):
         return self
 
     # --- derived views -------------------------------------------------------------------
+    @property
+    def zero_stage(self) -> int:
+        """The ZeRO stage in force (`zero`, at least 1 under `zero1`)."""
+        return max(self.zero, 1 if self.zero1 else 0)
+
     @property
     def num_layers(self) -> int:
         return self.pipelines[0].stages[-1].layers[1]

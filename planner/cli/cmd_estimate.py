@@ -100,14 +100,16 @@ def estimate(
     layers_per_stage: Annotated[str | None, typer.Option(
         "--layers-per-stage", help="Layers per chunk incl. embedding and head, e.g. 3,9,9,5.")
     ] = None,
-    zero1: Annotated[bool, typer.Option("--zero1", help="Shard optimizer state over DP.")
-                     ] = False,
     ep: Annotated[int, typer.Option("--ep", help="Expert parallelism (mixture-of-experts "
                                     "models): experts split over groups of ep DP replicas.")
                   ] = 1,
     capacity_factor: Annotated[float, typer.Option(
         "--capacity-factor", help="MoE: the busiest expert's load over the balanced one.")
     ] = DEFAULT_CAPACITY_FACTOR,
+    zero1: Annotated[bool, typer.Option("--zero1", help="Same as --zero 1.")] = False,
+    zero: Annotated[int | None, typer.Option(
+        "--zero", help="ZeRO stage over DP: 0 none, 1 optimizer state, 2 and gradients, "
+        "3 and weights (FSDP).")] = None,
     no_profiles: Annotated[bool, typer.Option("--no-profiles", help="Leave out the shipped "
                                               "profiles (with --profiles: those files only; "
                                               "else the analytic model alone).")] = False,
@@ -128,6 +130,11 @@ def estimate(
     if schedule not in ("1f1b", "gpipe", "interleaved"):
         raise HetplanError(f"--schedule {schedule!r}: use 1f1b, gpipe or interleaved")
     use_calibration(calibration)
+    if zero is not None and not 0 <= zero <= 3:
+        raise HetplanError(f"--zero {zero}: use 0, 1, 2 or 3")
+    if zero is not None and zero1 and zero != 1:
+        raise HetplanError(f"--zero1 and --zero {zero} disagree; give one of them")
+    zero_stage = zero if zero is not None else (1 if zero1 else 0)
     profiles = load_profiles(profiles_files, shipped=not no_profiles)
     if is_plan_file(model_or_plan) or (model_or_plan.endswith(".json") and cluster is None):
         # A plan, priced on the cluster it embeds or on CLUSTER (checked against it).
@@ -144,7 +151,7 @@ def estimate(
             model_or_plan, cluster, tp=tp, pp=pp, dp=dp, global_batch=global_batch,
             layers_per_stage=layers_per_stage, micro_batch=micro_batch, recompute=recompute,
             sequence_parallel=sequence_parallel, schedule=schedule,
-            virtual_stages=virtual_stages, zero1=zero1, ep=ep)
+            virtual_stages=virtual_stages, zero1=zero_stage >= 1, zero=zero_stage, ep=ep)
         est = run_estimate(model, cl, plan, profiles=profiles,
                            framework=framework_named(framework),
                            capacity_factor=capacity_factor)

@@ -19,7 +19,7 @@ from functools import lru_cache
 from typing import Any
 
 from cost_models.compute import peak_tflops
-from cost_models.memory import inflight_microbatches
+from cost_models.memory import GIB, inflight_microbatches
 from cost_models.moe import DEFAULT_CAPACITY_FACTOR
 from cost_models.profiles import ProfileSet
 from planner.cluster.model import Cluster, Node
@@ -29,7 +29,7 @@ from planner.costing.links import a2a_link, p2p_time_s
 from planner.costing.plan_check import check_against
 from planner.costing.resolve import resolve_cluster, resolve_model
 from planner.costing.result import Estimate, StageEstimate
-from planner.costing.stage_cost import StageCost, stage_cost, stage_peak_memory_gib
+from planner.costing.stage_cost import StageCost, stage_cost, stage_peak_memory_gib, tp_split
 from planner.errors import SpecError
 from planner.graph.layers import LayerGraph
 from planner.schema import Plan
@@ -117,7 +117,8 @@ def estimate(model: Any, cluster: Cluster | None, plan: Plan, *,
     sync = [[a + b for a, b in zip(x, y, strict=True)] for x, y in zip(dp_sync, tied_sync,
                                                                       strict=True)]
     n_pipes = len(plan.pipelines)
-    shard = n_pipes if plan.zero1 else 1
+    zero = plan.zero_stage
+    shard = n_pipes if zero else 1
     timelines = []
     stage_rows: list[StageEstimate] = []
     problems: list[str] = []
@@ -128,8 +129,12 @@ def estimate(model: Any, cluster: Cluster | None, plan: Plan, *,
         chunks = [_timing(c, j, sends[p], len(devs), framework.p2p_blocking)
                   for j, c in enumerate(pipe_costs[p])]
         opt = [sum(c.optimizer_step_s for c in d.costs) / shard for d in devs]
-        exposed = [max(0.0, sync[p][d.index] - sum(c.fwd_s + c.bwd_s for c in d.costs))
-                   if overlap_dp else sync[p][d.index] for d in devs]
+        # ZeRO-3 prefetches each layer's gather during the previous layer's compute (FSDP,
+        # DeepSpeed stage 3): its traffic hides behind the device's whole compute.
+        exposed = [max(0.0, sync[p][d.index] - sum(c.fwd_s + c.bwd_s for c in d.costs)
+                       * (pipe.microbatches if zero >= 3 and shard > 1 else 1))
+                   if overlap_dp or (zero >= 3 and shard > 1) else sync[p][d.index]
+                   for d in devs]
         try:
             tl = _simulate(tuple(chunks), pipe.microbatches, plan.schedule, v, tuple(exposed),
                            tuple(opt))
@@ -139,7 +144,10 @@ def estimate(model: Any, cluster: Cluster | None, plan: Plan, *,
         for d in devs:
             worst_sync = max(worst_sync, exposed[d.index])
             worst_opt = max(worst_opt, opt[d.index])
-            row, problem = _stage_row(plan, d, tl.max_inflight[d.index], len(devs), shard)
+            gathered = (_largest_layer_params(graph, plan, d, framework) * 2
+                        if zero >= 3 and shard > 1 else 0.0)
+            row, problem = _stage_row(plan, d, tl.max_inflight[d.index], len(devs), shard,
+                                      zero, gathered)
             stage_rows.append(row)
             if problem:
                 problems.append(problem)
@@ -175,8 +183,20 @@ def _timing(c: StageCost, j: int, sends: list[float], s_count: int,
                        device=j % s_count, recompute_s=min(c.recompute_s, c.bwd_s + comm))
 
 
+def _largest_layer_params(graph: LayerGraph, plan: Plan, d: _Device,
+                          framework: Framework) -> float:
+    """Parameters per GPU of the device's largest layer: ZeRO-3 holds it whole while it runs
+    and the next one as it is prefetched."""
+    stages = plan.pipelines[d.pipeline].stages
+    return max((layer.params / (d.tp if tp_split(layer, framework, d.tp) else 1)
+                for j in d.chunks for layer in graph.layers[stages[j].layers[0]:
+                                                               stages[j].layers[1]]),
+               default=0.0)
+
+
 def _stage_row(plan: Plan, d: _Device, max_inflight: int, s_count: int,
-               shard: int) -> tuple[StageEstimate, str | None]:
+               shard: int, zero: int = 1,
+               gathered: float = 0.0) -> tuple[StageEstimate, str | None]:
     v = plan.virtual_stages
     pipe = plan.pipelines[d.pipeline]
     inflight = (max_inflight / v if max_inflight else
@@ -193,14 +213,15 @@ def _stage_row(plan: Plan, d: _Device, max_inflight: int, s_count: int,
         recompute_transient_bytes=max(c.recompute_transient_bytes for c in d.costs),
         recompute_s=sum(c.recompute_s for c in d.costs),
         expert_optimizer_bytes_per_gpu=sum(c.expert_optimizer_bytes_per_gpu for c in d.costs))
-    peak = stage_peak_memory_gib(merged, inflight, shard, d.ep)
+    peak = stage_peak_memory_gib(merged, inflight, shard, zero, gathered, ep=d.ep)
     gpu = d.node.group.gpu
     stages = pipe.stages
     first, last = stages[d.chunks[0]], stages[d.chunks[-1]]
     row = StageEstimate(pipeline=d.pipeline, stage=d.index, gpu=gpu.name, tp=d.tp,
                         layers=(first.layers[0], last.layers[1]), fwd_ms=merged.fwd_s * 1e3,
                         bwd_ms=merged.bwd_s * 1e3, peak_memory_gib=peak,
-                        memory_capacity_gib=gpu.memory_gib)
+                        memory_capacity_gib=gpu.memory_gib,
+                        optimizer_gib=merged.optimizer_bytes_per_gpu / shard / GIB)
     problem = None
     if peak > gpu.memory_gib:
         problem = (f"pipeline {d.pipeline} stage {d.index} ({gpu.name}): needs {peak:.1f} GiB "

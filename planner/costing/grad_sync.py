@@ -55,7 +55,8 @@ def grad_sync_s(graph: LayerGraph, plan: Plan, devices: Sequence[Sequence[SyncDe
     n_pipes = len(plan.pipelines)
     dp_out = [[0.0] * len(devs) for devs in devices]
     tied_out = [[0.0] * len(devs) for devs in devices]
-    grad_bytes = dp_sync_bytes_per_param(graph.dtype_bytes, plan.zero1)
+    grad_bytes = dp_sync_bytes_per_param(graph.dtype_bytes, plan.zero_stage,
+                                         max(p.microbatches for p in plan.pipelines))
     holder = _holders(plan, devices, len(graph.layers))
 
     def ring(nbytes: float, members: list[SyncDevice], sharing: dict[str, int],

@@ -64,7 +64,7 @@ def megatron_plan(model: Any, cluster: Cluster, *, tp: int, pp: int, dp: int, mi
                   global_batch: int, recompute: str = "none", sequence_parallel: bool = False,
                   schedule: str = "1f1b", virtual_stages: int = 1,
                   layers_per_stage: Sequence[int] | None = None, zero1: bool = False,
-                  ep: int = 1) -> Plan:
+                  ep: int = 1, zero: int = 0) -> Plan:
     """Build the plan for a Megatron-style config over `cluster`'s nodes (see module doc)."""
     graph, _ = resolve_model(model)
     for name, value in (("tp", tp), ("pp", pp), ("dp", dp), ("micro_batch", micro_batch),
@@ -127,7 +127,7 @@ def megatron_plan(model: Any, cluster: Cluster, *, tp: int, pp: int, dp: int, mi
         "model": _spec_dict(model), "cluster": dict(cluster.spec) if cluster.spec else None,
         "global_batch_size": global_batch, "micro_batch_size": micro_batch,
         "schedule": schedule, "virtual_stages": virtual_stages,
-        "sequence_parallel": sequence_parallel, "zero1": zero1,
+        "sequence_parallel": sequence_parallel, "zero1": zero1, "zero": zero,
         "pipelines": [p.model_dump() for p in pipelines],
         "ranks": [r.model_dump() for r in ranks_table],
     }

@@ -25,6 +25,9 @@ class StageEstimate:
     """Backward time of one micro-batch (incl. recomputation)."""
     peak_memory_gib: float
     memory_capacity_gib: float
+    optimizer_gib: float = 0.0
+    """Optimizer state per GPU (fp32 master weights and Adam moments) after ZeRO sharding:
+    part of `peak_memory_gib`."""
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -384,13 +384,25 @@ def stage_cost(graph: LayerGraph, start: int, end: int, gpu: GpuSpec, tp: int, m
 
 
 def stage_peak_memory_gib(cost: StageCost, inflight_microbatches: float,
-                          zero1_dp: int = 1, ep: int = 1) -> float:
-    """Peak memory of one GPU of the stage: model state (optimizer sharded over `zero1_dp`;
-    routed experts' over zero1_dp / ep), activations of the in-flight micro-batches, recompute
-    transient, framework overhead."""
-    dense_opt = cost.optimizer_bytes_per_gpu - cost.expert_optimizer_bytes_per_gpu
+                          zero1_dp: int = 1, zero: int = 1,
+                          gathered_params: float = 0.0, ep: int = 1) -> float:
+    """Peak memory of one GPU of the stage: model state sharded over `zero1_dp` at ZeRO stage
+    `zero` (1: optimizer state, 2: and gradients, 3: and weights, plus `gathered_params` held
+    whole at once; routed experts' optimizer state over zero1_dp / ep), activations of the
+    in-flight micro-batches, recompute transient, framework overhead."""
+    shed = 1 - 1 / max(zero1_dp, 1)
+    opt = cost.optimizer_bytes_per_gpu
+    expert_opt = cost.expert_optimizer_bytes_per_gpu
     expert_dp = max(zero1_dp // max(ep, 1), 1)
-    state = (cost.static_bytes_per_gpu - dense_opt * (1 - 1 / max(zero1_dp, 1))
-             - cost.expert_optimizer_bytes_per_gpu * (1 - 1 / expert_dp))
+    # Weights and gradients are the rest of the state, one half each (2 + 2 B or 4 + 4 B).
+    half = (cost.static_bytes_per_gpu - opt) / 2
+    per_param = half / cost.params_per_gpu if cost.params_per_gpu else 0.0
+    state = (cost.static_bytes_per_gpu - (opt - expert_opt) * shed
+             - expert_opt * (1 - 1 / expert_dp))
+    if zero >= 2:
+        state -= half * shed
+    if zero >= 3:
+        state -= half * shed
+        state += gathered_params * 2 * per_param  # the gathered weights and their gradients
     act = cost.activation_bytes_per_microbatch * inflight_microbatches
     return (state + act + cost.recompute_transient_bytes) / GIB + FRAMEWORK_OVERHEAD_GIB

@@ -40,7 +40,7 @@ from planner.runtime.topology import (
     rank_view,
     tp_groups,
 )
-from planner.runtime.zero import broadcast_updates, partition
+from planner.runtime.zero import ShardedOptimizer, zero_groups
 from planner.schema import Plan
 
 __all__ = ["Runner", "make_optimizer"]
@@ -126,6 +126,8 @@ class Runner:
         # list (a model factory that differs between ranks) would hang in new_group instead.
         wanted = (list(tp_groups(plan)) + [g for r in rules.values() for g in r.groups]
                   + ep_groups(plan))
+        if plan.zero_stage:
+            wanted += zero_groups(rules)
         _agree(sorted(set(wanted)), "the process groups (same model on every rank?)")
         self.groups = make_groups(wanted, to_torch, rank)
         my_tp = view.chunks[0].ranks
@@ -174,9 +176,14 @@ class Runner:
         self.params = sorted(local.items(), key=lambda kp: kp[0])
         self.rules = rules
         self.to_torch = to_torch
-        self.zero = partition(self.params, rules, rank) if plan.zero1 else None
-        owned = set(self.zero.owned) if self.zero else {k for k, _ in self.params}
-        self.optimizer = make_optimizer([p for k, p in self.params if k in owned], optimizer, lr)
+        self.zero = (ShardedOptimizer(self.params, rules, rank, to_torch, self.groups,
+                                      lambda ps: make_optimizer(ps, optimizer, lr))
+                     if plan.zero_stage else None)
+        if plan.zero_stage >= 2:
+            self.notes.append(f"zero {plan.zero_stage}: the runtime shards optimizer state only "
+                              "(ZeRO-1): same math, gradients and weights stay whole")
+        self.optimizer = (self.zero.optimizer if self.zero is not None
+                          else make_optimizer([p for _, p in self.params], optimizer, lr))
 
         inbound: dict[int, list[MessageId]] = {}
         peers = {r for ch in view.chunks for c in (ch.index - 1, ch.index + 1)
@@ -259,7 +266,7 @@ class Runner:
                    before_update: Callable[[Runner], None] | None = None) -> float:
         """One iteration: schedule, gradient sync, optimizer step (skipped when fp16 loss
         scaling overflowed anywhere). Returns the global loss."""
-        for _, p in self.params:  # under ZeRO-1 the optimizer does not own them all
+        for _, p in self.params:  # under ZeRO-1 the optimizer holds slices, not these
             p.grad = None
         loss = self.forward_backward(inputs, labels)
         with torch.no_grad():
@@ -273,7 +280,8 @@ class Runner:
                            self.max_grad_norm, self.device)
         if before_update is not None:
             before_update(self)
-        self.optimizer.step()
         if self.zero is not None:
-            broadcast_updates(self.zero, dict(self.params), self.groups, self.to_torch)
+            self.zero.step()
+        else:
+            self.optimizer.step()
         return float(loss)

@@ -18,6 +18,7 @@ from planner.graph.embedded import is_module_model, load_factory
 from planner.runtime.build import build_for_rank, spec_of, tokens_of
 from planner.runtime.data import synthetic_batch
 from planner.runtime.engine import Runner
+from planner.runtime.precision import plan_precision, stage_dtypes, uses_loss_scaling
 from planner.runtime.topology import torch_rank_map
 from planner.schema import Plan
 
@@ -41,17 +42,32 @@ class TrainStats:
     """Where this run departs from the plan's settings (same math, other speed or memory)."""
 
 
-def runtime_notes(plan: Plan, device: torch.device) -> tuple[list[str], torch.dtype | None]:
-    """What the runtime does differently from the plan, and the autocast dtype to use."""
+def runtime_notes(plan: Plan, device: torch.device,
+                  rank: int = 0) -> tuple[list[str], torch.dtype | None, bool]:
+    """What the runtime does differently from the plan, the autocast dtype of `rank` (None:
+    fp32) and whether the plan scales its loss (`planner.runtime.precision`)."""
+    precision = plan_precision(plan)
+    if device.type != "cuda":
+        notes = [] if precision == "fp32" else [f"precision {precision}: running fp32 on CPU"]
+        return notes, None, False
     notes = []
-    model = plan.model or {}
-    precision = model.get("precision") or (model.get("training") or {}).get("precision", "fp32")
-    autocast = None
-    if device.type == "cuda" and precision in ("bf16", "fp16"):
-        autocast = torch.bfloat16 if precision == "bf16" else torch.float16
-    elif precision != "fp32":
-        notes.append(f"precision {precision}: running fp32 on CPU")
-    return notes, autocast
+    dtype = stage_dtypes(plan).get(rank, "fp32")
+    if dtype == "bf16" and not torch.cuda.is_bf16_supported(including_emulation=False):
+        # The plan names a bf16 GPU but this device lacks bf16 tensor cores.
+        dtype = "fp16"
+        notes.append(f"rank {rank}: {torch.cuda.get_device_name(device)} has no bf16; "
+                     "computing in fp16 with loss scaling")
+    scaling = dtype == "fp16" or uses_loss_scaling(plan)
+    autocast = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(dtype)
+    return notes, autocast, scaling
+
+
+def _everyone_or_no_one(scaling: bool, device: torch.device) -> bool:
+    """Loss scaling on every rank when any rank needs it: the scaler's overflow check is an
+    all-reduce over the world (a rank's device may lack bf16 though its plan GPU has it)."""
+    flag = torch.tensor([1.0 if scaling else 0.0], device=device)
+    dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+    return bool(flag.item())
 
 
 def setup_rank(plan: Plan) -> tuple[int, dict[int, int], torch.device]:
@@ -153,10 +169,11 @@ def train(plan: Plan, *, steps: int, model_factory: Callable[[], Any] | None = N
         model, layout = model_factory(), None
     else:
         model, layout = build_for_rank(spec_of(plan), plan, plan_rank, seed=seed)
-    notes, autocast = runtime_notes(plan, device)
+    notes, autocast, scaling = runtime_notes(plan, device, plan_rank)
+    scaling = _everyone_or_no_one(scaling, device)
     runner = Runner(plan, plan_rank, to_torch, model, device, optimizer=optimizer, lr=lr,
                     autocast=autocast, layout=layout,
-                    loss_scale=2.0**16 if autocast == torch.float16 else None,
+                    loss_scale=2.0**16 if scaling else None,
                     max_grad_norm=max_grad_norm)
     notes += runner.notes
     if log is not None and dist.get_rank() == 0:

@@ -1,70 +1,161 @@
-"""ZeRO stage 1 by whole tensors: each parameter's optimizer state lives on one rank of its
-data-parallel group, which updates it and broadcasts the new values to the others.
+"""ZeRO stage 1: each rank keeps the Adam state (and an fp32 master copy) of a slice of every
+parameter it holds, updates that slice, and all-gathers the updated slices.
 
-Only parameters reduced shard-to-shard (every holder pipeline at the same TP degree, see
-grads.py) are partitioned: their DP peers hold identical local tensors. Parameters shared
-between pipelines at different TP degrees keep their full state on every holder. Tensors
-go to the least-loaded member of the group (by element count, in key order), so every member
-computes the same assignment without talking.
+The slicing is the one the cost model prices (`estimate`: a stage's optimizer state divided
+by the number of pipelines), so that a GPU holds optimizer state for params / (tp × n)
+elements of each tensor held by n TP groups:
+- Every holder at the same TP degree, tensor split over TP (`local` slices): each rank's TP
+  shard is cut into n near-equal pieces over its data-parallel peers (the ranks at its TP index).
+- Otherwise (holders at different TP degrees, or a tensor every TP rank keeps whole, such as a
+  norm weight): the flattened full tensor is cut into n near-equal pieces, one per holder
+  group, and each group's piece into as many pieces as the group has ranks. A rank reads its
+  piece of the full gradient (a TP all-gather for split tensors) and, after the step, takes
+  its own TP shard from the all-gathered full tensor.
+Every rank derives the same slices from the plan alone, without talking.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
+from torch.distributed.tensor import DTensor, distribute_tensor
 
-from planner.runtime.grads import SyncRule, local_tensor
+from planner.runtime.grads import SyncRule, full_tensor, local_tensor
 from planner.runtime.stage import ParamKey
 
-__all__ = ["ZeroPartition", "broadcast_updates", "partition"]
+__all__ = ["ShardedOptimizer", "ZeroSlice", "split_shards", "zero_groups"]
 
 
 @dataclass(frozen=True)
-class ZeroPartition:
-    owned: tuple[ParamKey, ...]
-    """Keys whose optimizer state this rank keeps (and updates)."""
-    broadcasts: tuple[tuple[tuple[int, ...], int, tuple[ParamKey, ...]], ...]
-    """(group, owner, keys) in one global order: after the step, owner sends those tensors."""
+class ZeroSlice:
+    """How one parameter's optimizer state is spread over the ranks that hold it."""
+
+    key: ParamKey
+    full: bool
+    """True: ranges index the flattened full tensor; False: this rank's TP shard."""
+    group: tuple[int, ...]
+    """The ranks sharing the state (plan ranks), in all-gather order."""
+    ranges: tuple[tuple[int, int], ...]
+    """[start, end) of each member's piece, in `group` order."""
 
 
-def partition(params: list[tuple[ParamKey, torch.nn.Parameter]], rules: dict[ParamKey, SyncRule],
-              rank: int) -> ZeroPartition:
-    by_group: dict[tuple[int, ...], list[tuple[ParamKey, int]]] = {}
-    owned: list[ParamKey] = []
+def _split(n: int, parts: int) -> list[tuple[int, int]]:
+    return [(n * i // parts, n * (i + 1) // parts) for i in range(parts)]
+
+
+def _is_split(p: torch.Tensor) -> bool:
+    return isinstance(p, DTensor) and any(pl.is_shard() for pl in p.placements)
+
+
+def zero_groups(rules: dict[ParamKey, SyncRule]) -> list[tuple[int, ...]]:
+    """Groups the sharded optimizer may gather over, beyond the gradient groups (every rank
+    computes the same list: `new_group` is collective)."""
+    return sorted({tuple(sorted({r for g in rule.holders for r in g}))
+                   for rule in rules.values()})
+
+
+def split_shards(params: list[tuple[ParamKey, torch.nn.Parameter]],
+                 rules: dict[ParamKey, SyncRule], rank: int,
+                 to_torch: dict[int, int]) -> list[ZeroSlice]:
+    """This rank's slice of every parameter it holds (`params` in key order)."""
+    out = []
     for key, p in params:
         rule = rules[key]
-        group = rule.group_for(rank)
-        if not rule.uniform or len(group) == 1:
-            owned.append(key)
+        if rule.uniform and _is_split(p):
+            group = rule.group_for(rank)  # the ranks at this TP index, one per holder group
+            holder_of = {r: i for i, g in enumerate(rule.holders) for r in g}
+            parts = _split(local_tensor(p).numel(), len(rule.holders))
+            order = sorted(group, key=lambda r: to_torch[r])
+            out.append(ZeroSlice(key, False, tuple(order),
+                                 tuple(parts[holder_of[r]] for r in order)))
+            continue
+        numel = p.numel()  # the full tensor's (a DTensor's global size)
+        piece: dict[int, tuple[int, int]] = {}
+        for (a, b), g in zip(_split(numel, len(rule.holders)), rule.holders, strict=True):
+            for r, (x, y) in zip(g, _split(b - a, len(g)), strict=True):
+                piece[r] = (a + x, a + y)
+        order = sorted(piece, key=lambda r: to_torch[r])
+        out.append(ZeroSlice(key, True, tuple(order), tuple(piece[r] for r in order)))
+    return out
+
+
+class ShardedOptimizer:
+    """The optimizer over this rank's slices; `step` reads the synced gradients of the
+    parameters and writes the updated values back into them on every holder."""
+
+    def __init__(self, params: list[tuple[ParamKey, torch.nn.Parameter]],
+                 rules: dict[ParamKey, SyncRule], rank: int, to_torch: dict[int, int],
+                 groups: dict[tuple[int, ...], dist.ProcessGroup],
+                 make: Callable[[list[torch.nn.Parameter]], torch.optim.Optimizer]) -> None:
+        self.rank, self.to_torch, self.groups = rank, to_torch, groups
+        self.params = dict(params)
+        self.slices = split_shards(params, rules, rank, to_torch)
+        self.masters: list[torch.nn.Parameter] = []
+        with torch.no_grad():
+            for s in self.slices:
+                # A TP collective for split tensors: every TP rank walks the keys in one order.
+                src = self._source(s, self.params[s.key])
+                a, b = s.ranges[s.group.index(rank)]
+                self.masters.append(torch.nn.Parameter(src.reshape(-1)[a:b].clone()))
+        self.optimizer = make(self.masters)
+
+    @staticmethod
+    def _source(s: ZeroSlice, t: torch.Tensor) -> torch.Tensor:
+        return full_tensor(t) if s.full else local_tensor(t)
+
+    def state_bytes(self) -> int:
+        """Bytes of optimizer state on this rank: master slices and Adam moments."""
+        total = sum(m.numel() * m.element_size() for m in self.masters)
+        for state in self.optimizer.state.values():
+            total += sum(t.numel() * t.element_size() for t in state.values()
+                         if torch.is_tensor(t) and t.dim() > 0)
+        return total
+
+    @torch.no_grad()
+    def step(self) -> None:
+        for s, m in zip(self.slices, self.masters, strict=True):
+            a, b = s.ranges[s.group.index(self.rank)]
+            m.grad = self._source(s, self.params[s.key].grad).reshape(-1)[a:b].clone()
+        self.optimizer.step()
+        by_group: dict[tuple[int, ...], list[int]] = {}
+        for i, s in enumerate(self.slices):
+            by_group.setdefault(s.group, []).append(i)
+        # One all-gather per group, groups in one global order (sorted by plan ranks).
+        for group in sorted(by_group, key=lambda g: sorted(g)):
+            self._gather(group, by_group[group])
+
+    def _gather(self, group: tuple[int, ...], idx: list[int]) -> None:
+        if len(group) == 1:
+            pieces = [[self.masters[i] for i in idx]]
         else:
-            by_group.setdefault(group, []).append((key, local_tensor(p).numel()))
-    broadcasts = []
-    for group in sorted(by_group):
-        load = dict.fromkeys(group, 0)
-        keys_of: dict[int, list[ParamKey]] = {r: [] for r in group}
-        for key, numel in sorted(by_group[group]):
-            owner = min(group, key=lambda r: (load[r], r))
-            load[owner] += numel
-            keys_of[owner].append(key)
-        for owner in group:
-            if keys_of[owner]:
-                broadcasts.append((group, owner, tuple(keys_of[owner])))
-                if owner == rank:
-                    owned.extend(keys_of[owner])
-    return ZeroPartition(tuple(sorted(owned)), tuple(broadcasts))
-
-
-@torch.no_grad()
-def broadcast_updates(part: ZeroPartition, params: dict[ParamKey, torch.nn.Parameter],
-                      groups: dict[tuple[int, ...], dist.ProcessGroup],
-                      to_torch: dict[int, int]) -> None:
-    for group, owner, keys in part.broadcasts:
-        tensors = [local_tensor(params[k]) for k in keys]
-        flat = torch.cat([t.reshape(-1) for t in tensors])
-        dist.broadcast(flat, src=to_torch[owner], group=groups[group])
-        offset = 0
-        for t in tensors:
-            t.copy_(flat[offset:offset + t.numel()].view_as(t))
-            offset += t.numel()
+            sizes = [sum(b - a for a, b in (self.slices[i].ranges[j] for i in idx))
+                     for j in range(len(group))]
+            mine = torch.cat([self.masters[i].detach().reshape(-1) for i in idx])
+            width = max(sizes)
+            padded = torch.zeros(width, dtype=mine.dtype, device=mine.device)
+            padded[:mine.numel()] = mine
+            out = [torch.empty_like(padded) for _ in group]
+            dist.all_gather(out, padded, group=self.groups[tuple(sorted(group))])
+            pieces = []
+            for j in range(len(group)):
+                off, row = 0, []
+                for i in idx:
+                    a, b = self.slices[i].ranges[j]
+                    row.append(out[j][off:off + b - a])
+                    off += b - a
+                pieces.append(row)
+        for k, i in enumerate(idx):
+            s = self.slices[i]
+            p = self.params[s.key]
+            target = local_tensor(p)
+            whole = torch.empty(p.numel() if s.full else target.numel(), dtype=target.dtype,
+                                device=target.device)
+            for j, (a, b) in enumerate(s.ranges):
+                whole[a:b] = pieces[j][k]
+            if s.full and isinstance(p, DTensor):  # keep this rank's TP shard of the whole
+                whole = distribute_tensor(whole.view(p.shape), p.device_mesh, p.placements,
+                                          src_data_rank=None).to_local()
+            target.copy_(whole.view_as(target))

@@ -180,7 +180,7 @@ def option_costs(graph: LayerGraph, cluster: Cluster, group_index: int, tp: int,
     assert table is not None
     copy_params, copy_update = _tie_copies(table, n)
     params = _ranges(table.params) + copy_params
-    sync_bytes = dp_sync_bytes_per_param(graph.dtype_bytes, zero1=True)
+    sync_bytes = dp_sync_bytes_per_param(graph.dtype_bytes, zero=1)
     has_params = _ranges(np.concatenate(
         [[0.0], np.cumsum([1.0 if layer.params > 0 else 0.0 for layer in graph.layers])]))
     node_a = Node(name="_a", group=group, index=0)
