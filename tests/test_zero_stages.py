@@ -38,8 +38,8 @@ def test_zero3_moves_one_and_a_half_times_the_allreduce_bytes() -> None:
 def _peak(capsys: pytest.CaptureFixture[str], *flags: str) -> tuple[float, float]:
     code, out, err = run_cli(["estimate", "llama3-70b", "dgx-a100", "--tp", "1", "--pp", "1",
                               "--dp", "64", "--recompute", "full", "--json", *flags], capsys)
-    assert code == 0, err
     data = json.loads(out)
+    assert code == (0 if data["feasible"] else 3), err  # exit 3 means "does not fit"
     return max(s["peak_memory_gib"] for s in data["stages"]), data["iteration_time_s"]
 
 
