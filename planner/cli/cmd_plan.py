@@ -102,6 +102,18 @@ def _shape(plan: Any) -> str:
     return "; ".join(f"{k} × {v}" for k, v in shapes.items())
 
 
+def _optimality(s: Any) -> str:
+    """The certificate in words: proven optimal, or the gap to the lower bound."""
+    unit = "s/iteration" if s.objective == "throughput" else "$ per 1M tokens"
+    if s.exact:
+        return f"optimal: meets the lower bound {s.lower_bound:.6g} {unit}"
+    if s.gap_pct is None:
+        return "optimality gap unknown (no lower bound for this objective; see --json notes)"
+    return (f"gap {s.gap_pct:.1f} %: no plan beats the lower bound {s.lower_bound:.6g} {unit}; "
+            f"a better plan, if any, is at most {s.gap_pct:.1f} % better (reductions: --json "
+            "notes)")
+
+
 @app.command()
 def plan(
     model: Annotated[str, typer.Argument(help="Model: zoo name, YAML or config.json.")],
@@ -170,7 +182,7 @@ def plan(
         console.print(alt)
     s = result.stats
     console.print(f"searched {s.shapes} shapes ({s.shapes_pruned} pruned by the lower bound), "
-                  f"{s.programs} programs, {s.costed} plans re-costed, {s.seconds:.2f} s"
-                  + ("" if s.exact else " (reduced space for some shapes; see --json)"))
+                  f"{s.programs} programs, {s.costed} plans re-costed, {s.seconds:.2f} s")
+    console.print(_optimality(s))
     if output:
         console.print(f"plan written to {output}")

@@ -8,6 +8,7 @@ plans' contents, so the same inputs give the same bytes.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -19,12 +20,14 @@ from planner.costing.resolve import resolve_cluster, resolve_model
 from planner.costing.result import Estimate
 from planner.errors import HetplanError
 from planner.schema import Plan
+from planner.search.certify import bounds, certify
 from planner.search.engine import (
     _COST_ALL_BELOW,
     _COST_TOP,
     _INTERLEAVE_TOP,
     _LARGE_CLUSTER,
     _MAX_WORK,
+    _SMALL_CLUSTER,
     OBJECTIVES,
     Search,
     default_batch,
@@ -39,8 +42,22 @@ from planner.search.seeds import megatron_layouts
 __all__ = ["plan"]
 
 
-def _reduced_notes(search: Search) -> tuple[str, ...]:
-    out = []
+def _reduced_notes(search: Search, wanted: Sequence[str], raw: int, recosted: int,
+                   small: bool) -> tuple[str, ...]:
+    """Every reduction of the space that may have lost a plan the estimate rates better."""
+    out = [f"the program ranks pipelines by the 1F1B closed form; the estimate's event "
+           f"simulation judged only the {recosted} plans re-costed"
+           + ("" if small else f" (best of {raw} candidates by the closed form)")]
+    if "interleaved" in wanted:
+        out.append(f"interleaved: V = 2 only, from the {_INTERLEAVE_TOP} best 1F1B candidates "
+                   "(each device's layers, chunk boundaries then moved by the local "
+                   "refinement only)")
+    if search.max_caps <= 1:
+        out.append("only the tightest bottleneck cap solved per shape (fast mode, over "
+                   f"{_SMALL_CLUSTER} GPUs)")
+    if not small:
+        out.append("heterogeneous plans combine classes solved alone, from one-group islands "
+                   "only, the best 2 replica counts each (fast mode)")
     if search.coarse:
         out.append(f"{search.coarse} programs limited stages to whole TP units (TP ≥ 2) to "
                    f"bound their GPU-budget grid")
@@ -53,6 +70,9 @@ def _reduced_notes(search: Search) -> tuple[str, ...]:
     if search.skipped_same_budget:
         out.append(f"{search.skipped_same_budget} shapes skipped: fewer replicas of the same "
                    "per-pipeline budget than a shape searched")
+    if search.pruned:
+        out.append(f"{search.pruned} shapes pruned by the layer-work bound against the best "
+                   "estimate (safe for the estimate, not for the closed form)")
     return tuple(out)
 
 
@@ -134,11 +154,17 @@ def plan(model: Any, cluster: Any, *, global_batch_size: int | None = None,
     top = costed[:top_k]
     name = next((k for k, f in FRAMEWORKS.items() if f == framework), None)
     plans = tuple(with_prediction(p, e, name) for _, p, e in top)
+    time_lb, usd_lb = bounds(search, sizes)
+    best_est = top[0][2]
+    if objective == "cost":
+        cert = certify(best_est.usd_per_million_tokens or math.inf, usd_lb)
+    else:
+        cert = certify(best_est.iteration_time_s, time_lb)
+    notes = () if cert.exact else _reduced_notes(search, wanted, len(raw), len(seen), small)
     stats = SearchStats(shapes=search.shapes, shapes_pruned=search.pruned,
                         programs=search.programs, candidates=len(raw), costed=len(seen),
-                        seconds=time.perf_counter() - start,
-                        exact=(search.exact and not search.skipped_same_budget
-                               and not search.skipped_mixed),
-                        notes=_reduced_notes(search))
+                        seconds=time.perf_counter() - start, exact=cert.exact, notes=notes,
+                        objective=objective, lower_bound=cert.lower_bound,
+                        gap_pct=cert.gap_pct)
     return SearchResult(best=plans[0], candidates=plans, estimates=tuple(e for _, _, e in top),
                         stats=stats)
