@@ -1,10 +1,12 @@
 """`hetplan plan`: search the best plan for a model on a cluster.
 
     hetplan plan MODEL CLUSTER [-o plan.json] [--global-batch N] [--objective throughput|cost]
-                 [--budget-usd-per-hour X] [--top-k K] [--json]
+                 [--budget-usd-per-hour X] [--schedule 1f1b,gpipe,interleaved]
+                 [--micro-batch 1,2,4] [--top-k K] [--json]
 
 Prints the winner's stages (GPU type and count, TP, layers, forward/backward ms, peak memory
-against capacity), its iteration time, tokens/s, MFU and cost, then the runners-up. A
+against capacity), its iteration time, tokens/s, MFU and cost, then the runners-up, then the
+certificate: proven optimal, or the gap to a lower bound no plan beats. A
 progress bar appears when the search runs for more than a second (never with --json).
 """
 
@@ -29,7 +31,7 @@ from planner.cli.options import (
 from planner.cli.output import console, print_json
 from planner.errors import HetplanError
 
-__all__ = ["plan"]
+__all__ = ["parse_micro_batches", "parse_schedules", "plan"]
 
 _BAR_AFTER_S = 1.0
 
@@ -102,6 +104,30 @@ def _shape(plan: Any) -> str:
     return "; ".join(f"{k} × {v}" for k, v in shapes.items())
 
 
+def _items(values: list[str] | None) -> list[str]:
+    return [x.strip() for v in values or () for x in v.split(",") if x.strip()]
+
+
+def parse_schedules(values: list[str] | None) -> tuple[str, ...] | None:
+    """`--schedule` values (repeated or comma-separated); None: the default space."""
+    out = _items(values)
+    for s in out:
+        if s not in ("1f1b", "gpipe", "interleaved"):
+            raise HetplanError(f"--schedule {s!r}: use 1f1b, gpipe or interleaved")
+    return tuple(dict.fromkeys(out)) or None
+
+
+def parse_micro_batches(values: list[str] | None) -> tuple[int, ...] | None:
+    """`--micro-batch` values (repeated or comma-separated positive integers)."""
+    out = []
+    for v in _items(values):
+        if not v.isdigit() or int(v) < 1:
+            raise HetplanError(f"--micro-batch {v!r}: give positive integers, e.g. "
+                               "--micro-batch 1,2,4")
+        out.append(int(v))
+    return tuple(dict.fromkeys(out)) or None
+
+
 def _optimality(s: Any) -> str:
     """The certificate in words: proven optimal, or the gap to the lower bound."""
     unit = "s/iteration" if s.objective == "throughput" else "$ per 1M tokens"
@@ -127,6 +153,12 @@ def plan(
     budget_usd_per_hour: Annotated[float | None, typer.Option(
         "--budget-usd-per-hour", help="Only plans whose GPUs cost at most this.")] = None,
     top_k: Annotated[int, typer.Option("--top-k", help="Alternatives to list.")] = 5,
+    schedule: Annotated[list[str] | None, typer.Option(
+        "--schedule", help="Search only these schedules (repeat or comma-separate): 1f1b, "
+        "gpipe, interleaved. Default: all three.")] = None,
+    micro_batch: Annotated[list[str] | None, typer.Option(
+        "--micro-batch", help="Micro-batch sizes to search (repeat or comma-separate). "
+        "Default: 1, 2, 4, 8 where they divide the global batch.")] = None,
     sequence_parallel: Annotated[bool, typer.Option(
         "--sequence-parallel", help="Plan with Megatron sequence parallelism.")] = False,
     framework: FrameworkOption = None,
@@ -142,6 +174,8 @@ def plan(
 
     if objective not in ("throughput", "cost"):
         raise HetplanError(f"--objective {objective!r}: use throughput or cost")
+    schedules = parse_schedules(schedule)
+    sizes = parse_micro_batches(micro_batch)
     if top_k < 1:
         raise HetplanError(f"--top-k {top_k}: must be at least 1")
     use_calibration(calibration)
@@ -154,7 +188,7 @@ def plan(
         result = search(m, cl, global_batch_size=global_batch, objective=objective,
                         budget_usd_per_hour=budget_usd_per_hour, top_k=top_k,
                         sequence_parallel=sequence_parallel, progress=bar, framework=fw,
-                        profiles=measured)
+                        profiles=measured, schedules=schedules, micro_batch_sizes=sizes)
     finally:
         if bar is not None:
             bar.close()

@@ -39,15 +39,33 @@ from planner.search.interleave import interleaved_variant
 from planner.search.result import SearchResult, SearchStats
 from planner.search.seeds import megatron_layouts
 
-__all__ = ["plan"]
+__all__ = ["SCHEDULES", "plan"]
+
+SCHEDULES = ("1f1b", "gpipe", "interleaved")
+"""The default space: every schedule the estimate prices (interleaved as V = 2 variants)."""
 
 
-def _reduced_notes(search: Search, wanted: Sequence[str], raw: int, recosted: int,
-                   small: bool) -> tuple[str, ...]:
+def gpipe_variants(p: Plan) -> list[Plan]:
+    """`p` under GPipe: its stages as they are, and all on full recompute (GPipe holds every
+    micro-batch in flight, so a 1F1B plan's memory often needs it)."""
+    out = [p.model_copy(update={"schedule": "gpipe", "predicted": None})]
+    if any(st.recompute != "full" for pipe in p.pipelines for st in pipe.stages):
+        pipes = tuple(pipe.model_copy(update={"stages": tuple(
+            st.model_copy(update={"recompute": "full"}) for st in pipe.stages)})
+            for pipe in p.pipelines)
+        out.append(out[0].model_copy(update={"pipelines": pipes}))
+    return out
+
+
+def _reduced_notes(search: Search, wanted: Sequence[str], scheds: Sequence[str], raw: int,
+                   recosted: int, small: bool) -> tuple[str, ...]:
     """Every reduction of the space that may have lost a plan the estimate rates better."""
     out = [f"the program ranks pipelines by the 1F1B closed form; the estimate's event "
            f"simulation judged only the {recosted} plans re-costed"
            + ("" if small else f" (best of {raw} candidates by the closed form)")]
+    if "gpipe" in wanted and "gpipe" not in scheds:
+        out.append("GPipe: only the 1F1B candidates' stages under GPipe (as they are or on "
+                   "full recompute), no GPipe programs (fast mode; --schedule gpipe runs them)")
     if "interleaved" in wanted:
         out.append(f"interleaved: V = 2 only, from the {_INTERLEAVE_TOP} best 1F1B candidates "
                    "(each device's layers, chunk boundaries then moved by the local "
@@ -106,15 +124,21 @@ def plan(model: Any, cluster: Any, *, global_batch_size: int | None = None,
     if not sizes:
         raise HetplanError(f"no micro-batch size in {list(micro_batch_sizes or ())} divides the "
                            f"global batch {gbs}")
-    wanted = tuple(schedules or ("1f1b", "interleaved"))
+    wanted = tuple(dict.fromkeys(schedules or SCHEDULES))
     for s in wanted:
         if s not in ("1f1b", "gpipe", "interleaved"):
             raise HetplanError(f"schedule {s!r} is not one of 1f1b, gpipe, interleaved")
     # Interleaved plans are derived from 1F1B ones (same devices, V chunks per device).
     scheds = tuple(dict.fromkeys("1f1b" if s == "interleaved" else s for s in wanted))
+    small_cluster = cluster.world_size <= _SMALL_CLUSTER
+    if not small_cluster and "1f1b" in scheds and "gpipe" in scheds and schedules is None:
+        # Fast mode, default space: GPipe plans come from the 1F1B candidates (same stages,
+        # as they are or all full recompute); GPipe programs run when GPipe is asked for.
+        scheds = tuple(s for s in scheds if s != "gpipe")
     search = Search(graph, precision, cluster, spec, gbs, objective_name=objective,
                      budget=budget_usd_per_hour, sequence_parallel=sequence_parallel,
                      profiles=profiles, progress=progress, framework=framework)
+    search.allowed = wanted
     raw = search.run(sizes, scheds)
     raw.sort(key=lambda r: (r[0], repr(r[1])))
     small = len(raw) <= _COST_ALL_BELOW and search.small
@@ -128,6 +152,8 @@ def plan(model: Any, cluster: Any, *, global_batch_size: int | None = None,
         if key in seen:
             return
         seen.add(key)
+        if p.schedule not in wanted:
+            return  # a schedule filter holds for every source of plans (seeds included)
         if p.sequence_parallel and any(graph.seq_len % st.tp for pipe in p.pipelines
                                        for st in pipe.stages):
             return  # the runtime cannot slice this sequence over that TP (plan_check refuses)
@@ -141,13 +167,22 @@ def plan(model: Any, cluster: Any, *, global_batch_size: int | None = None,
         variants = search.plans(entry)
         if "interleaved" in wanted and rank < _INTERLEAVE_TOP:
             variants += [q for q in (interleaved_variant(p) for p in variants) if q is not None]
-        if "1f1b" not in wanted:
-            variants = [q for q in variants if q.schedule != "1f1b"]
+        if "gpipe" in wanted and "gpipe" not in scheds:
+            variants += [q for p in variants if p.schedule == "1f1b" for q in gpipe_variants(p)]
         for p in variants:
             consider(p)
     for seed in megatron_layouts(graph, cluster, gbs, sizes, len(graph.layers)):
-        # Embed the same specs as the search's own plans (self-contained plan files).
-        consider(Plan.model_validate({**seed.to_dict(), "model": spec, "cluster": cluster.spec}))
+        # Embed the same specs as the search's own plans (self-contained plan files), in
+        # every schedule asked for: a Megatron layout runs under GPipe or interleaving too.
+        base = Plan.model_validate({**seed.to_dict(), "model": spec, "cluster": cluster.spec})
+        consider(base)
+        if "gpipe" in wanted:
+            for q in gpipe_variants(base):
+                consider(q)
+        if "interleaved" in wanted:
+            variant = interleaved_variant(base)
+            if variant is not None:
+                consider(variant)
     if not costed:
         raise explain_infeasible(graph, cluster, search, sizes, budget_usd_per_hour)
     costed.sort(key=lambda c: c[0])
@@ -160,7 +195,7 @@ def plan(model: Any, cluster: Any, *, global_batch_size: int | None = None,
         cert = certify(best_est.usd_per_million_tokens or math.inf, usd_lb)
     else:
         cert = certify(best_est.iteration_time_s, time_lb)
-    notes = () if cert.exact else _reduced_notes(search, wanted, len(raw), len(seen), small)
+    notes = () if cert.exact else _reduced_notes(search, wanted, scheds, len(raw), len(seen), small)
     stats = SearchStats(shapes=search.shapes, shapes_pruned=search.pruned,
                         programs=search.programs, candidates=len(raw), costed=len(seen),
                         seconds=time.perf_counter() - start, exact=cert.exact, notes=notes,

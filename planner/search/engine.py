@@ -96,6 +96,7 @@ class Search:
         self.gbs, self.objective, self.budget = gbs, objective_name, budget
         self.sp, self.profiles, self.progress = sequence_parallel, profiles, progress
         self.framework = framework
+        self.allowed: tuple[str, ...] = ("1f1b", "gpipe", "interleaved")
         self.n = len(graph.layers)
         self.latency_s = cluster.latency_us * 1e-6
         self.gpus = [g.gpus for g in cluster.groups]
@@ -334,6 +335,8 @@ class Search:
             return
         for entry in sorted(entries, key=lambda r: (r[0], repr(r[1])))[:2]:
             for plan in self.plans(entry)[:1]:
+                if plan.schedule not in self.allowed:
+                    continue  # only a plan of the space asked for may prune it
                 est = estimate(self.graph, self.cluster, plan, profiles=self.profiles,
                                framework=self.framework)
                 if est.feasible:
