@@ -41,3 +41,18 @@ def test_certificate_is_consistent():
         assert st.gap_pct == pytest.approx(100 * (found - st.lower_bound) / found)
         assert st.exact == (st.gap_pct < 1e-7)
         assert st.exact or st.notes  # a gap always names the reductions
+
+
+def test_cost_objective_and_budget_are_searched():
+    """The cost objective may use fewer GPUs; it never costs more per token than the fastest
+    plan, and a budget holds for every candidate."""
+    graph = tiny_graph(4)
+    cluster = scale_memory(make_cluster([(GPUS[0], 2, 0), (GPUS[1], 2, 0)]), graph, [1.2, 1.2])
+    fast = plan(graph, cluster, global_batch_size=8)
+    cheap = plan(graph, cluster, global_batch_size=8, objective="cost")
+    usd = cheap.estimates[0].usd_per_million_tokens
+    assert usd <= fast.estimates[0].usd_per_million_tokens * (1 + 1e-12)
+    assert all(usd <= e.usd_per_million_tokens * (1 + 1e-12) for e in fast.estimates)
+    budget = fast.estimates[0].usd_per_hour / 2
+    capped = plan(graph, cluster, global_batch_size=8, budget_usd_per_hour=budget, top_k=10)
+    assert all(e.usd_per_hour <= budget + 1e-9 for e in capped.estimates)

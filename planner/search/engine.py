@@ -119,6 +119,9 @@ class Search:
         self.skipped_mixed = 0
         self.coarse = 0
         self.max_caps = 48 if small else 1
+        # Cost and budgets pay per GPU used: every GPU count is a candidate, not only the
+        # fastest pipeline's, and fewer replicas of the same pipeline are kept.
+        self.pays_per_gpu = objective_name == "cost" or budget is not None
         self.near = _NEAR if small else 0.0
 
     def options(self, b: int) -> list[OptionCosts]:
@@ -156,6 +159,15 @@ class Search:
             devices.append((c.group, c.tp, c.ep))
         return chosen, devices
 
+    def score(self, time_s: float, gpus: dict[int, int]) -> float:
+        """What candidates are ordered by before the estimate judges: the program's time, or
+        for the cost objective time × $/h of the GPUs used (∝ $ per token)."""
+        if self.objective != "cost":
+            return time_s
+        if any(self.prices[g] is None for g, k in gpus.items() if k):
+            return math.inf
+        return time_s * sum(self.prices[g] * k for g, k in gpus.items())
+
     def price_ok(self, gpus: dict[int, int]) -> bool:
         if self.budget is None:
             return True
@@ -179,7 +191,7 @@ class Search:
             top = min(min(self.gpus[g] for g in island), total_mb)
             for d in range(1, top + 1):
                 budgets = {g: self.gpus[g] // d for g in island}
-                if not self.small and d < top and all(
+                if not self.small and not self.pays_per_gpu and d < top and all(
                         self.gpus[g] // (d + 1) == k for g, k in budgets.items()):
                     # More replicas of the same pipelines: kept only in exhaustive mode.
                     self.skipped_same_budget += 1
@@ -240,7 +252,7 @@ class Search:
             self.coarse += 1
         temps = solve(options, tuple(k // unit for k in budgets), self.n, m_hi, schedule, p_all,
                       min_m=m_lo, max_caps=self.max_caps, near=self.near,
-                      fits=self.fits)
+                      fits=self.fits, per_usage=self.pays_per_gpu)
         self.programs += 1
         out = []
         for t in temps:
@@ -270,7 +282,8 @@ class Search:
             found.setdefault((b, schedule), {}).setdefault(island, []).extend(classes)
             total_mb = self.gbs // b
             counts = tuple(total_mb // d + (1 if r < total_mb % d else 0) for r in range(d))
-            fresh = [(objective(cls.template, -(-total_mb // d)),
+            fresh = [(self.score(objective(cls.template, -(-total_mb // d)),
+                                 {island[s]: d * u for s, u in enumerate(cls.template.usage)}),
                       (b, schedule, island, d, cls.template.key()), b, schedule, (cls,), counts)
                      for cls in classes]
             raw.extend(fresh)
@@ -325,7 +338,7 @@ class Search:
                 full = (b, schedule, key)
                 if full not in seen and self.price_ok(gpus):
                     seen.add(full)
-                    new.append((score, full, b, schedule, combo, counts))
+                    new.append((self.score(score, gpus), full, b, schedule, combo, counts))
         raw.extend(new)
         return new
 

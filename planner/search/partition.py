@@ -253,6 +253,18 @@ class _Program:
                 rec(k, 0, int(u), 0.0, [])
         return out
 
+    def per_usage(self, cap: float, minmax: bool) -> list[Template]:
+        """From the values of the last `run`: the best pipeline ending in each usage state
+        (every GPU count a pipeline may draw), for objectives that pay per GPU used."""
+        out = []
+        rows = np.stack([v[0] for v in self.values[1:]]) if len(self.values) > 1 else None
+        if rows is None:
+            return out
+        ks = np.argmin(rows, axis=0)
+        for u in np.nonzero(np.isfinite(rows.min(axis=0)))[0]:
+            out.append(self._trace(int(ks[u]) + 1, int(u), cap, minmax))
+        return out
+
     def _template(self, path: list[tuple[int, int, int, int]]) -> Template:
         stages, usage = [], np.zeros(len(self.dims), dtype=int)
         for i, j, o, k in path:
@@ -299,7 +311,7 @@ def objective(t: Template, m: int) -> float:
 def solve(options: Sequence[Option], budgets: tuple[int, ...], n: int, m: int, schedule: str,
           zero_dp: int, *, min_m: int | None = None, max_caps: int = _MAX_CAPS,
           near: float = 0.0, near_limit: int = 256, fits: dict | None = None,
-          ) -> list[Template]:
+          per_usage: bool = False) -> list[Template]:
     """The best pipeline for this shape, plus the runners-up met on the way (for re-costing).
 
     `m` micro-batches weight the max term and set the in-flight memory; `min_m` (default m)
@@ -313,6 +325,9 @@ def solve(options: Sequence[Option], budgets: tuple[int, ...], n: int, m: int, s
     first = prog.run(np.inf, minmax=True)
     if first is None:
         return []
+    # `per_usage` (cost objectives, budgets): also the best pipeline of every GPU count,
+    # under the min-max and under the tight cap, since a smaller one may cost less per token.
+    extra = prog.per_usage(np.inf, True) if per_usage else []
     w0 = max((m - 1) * s.time_s + s.tail_s for s in first.stages)
     if max_caps <= 1:
         # Fast mode: the least sum under the smallest feasible cap only.
@@ -320,11 +335,19 @@ def solve(options: Sequence[Option], budgets: tuple[int, ...], n: int, m: int, s
         found = {first.key(): first}
         if tight is not None:
             found.setdefault(tight.key(), tight)
+            if per_usage:
+                extra += prog.per_usage(w0, False)
+        for t in extra:
+            found.setdefault(t.key(), t)
         return sorted(found.values(), key=lambda t: (objective(t, m), t.key()))
     free = prog.run(np.inf)
     assert free is not None
     sum_lb = free.sum_s
     found = {first.key(): first, free.key(): free}
+    if per_usage:
+        extra += prog.per_usage(np.inf, False)
+    for t in extra:
+        found.setdefault(t.key(), t)
     best = min(objective(first, m), objective(free, m))
     caps = prog.caps()
     caps = caps[(caps >= w0) & (caps <= best - sum_lb)]
