@@ -36,11 +36,17 @@ from planner.search.engine import (
 )
 from planner.search.explain import explain_infeasible
 from planner.search.interleave import interleaved_variant
+from planner.search.refine import refine
 from planner.search.result import SearchResult, SearchStats
 from planner.search.seeds import megatron_layouts
 
 __all__ = ["SCHEDULES", "plan"]
 
+_REFINE_MAX = 320
+_REFINE_MIN = 24
+_REFINE_RANK_ESTIMATES = 6000
+"""Refinement allowance: this many estimate-ranks, between _REFINE_MIN and _REFINE_MAX
+estimates (a count, not a time: the result is deterministic)."""
 SCHEDULES = ("1f1b", "gpipe", "interleaved")
 """The default space: every schedule the estimate prices (interleaved as V = 2 variants)."""
 
@@ -55,6 +61,27 @@ def gpipe_variants(p: Plan) -> list[Plan]:
             for pipe in p.pipelines)
         out.append(out[0].model_copy(update={"pipelines": pipes}))
     return out
+
+
+def _refine(costed: list, consider: Callable, wanted: Sequence[str], sizes: Sequence[int],
+            spent_before: int) -> int:
+    """Hill-climb from the best plan and from the best of each other schedule (so that an
+    interleaved plan gets its uneven chunk boundaries); returns the estimates spent."""
+    starts, schedules_seen = [], set()
+    for rank, p, _ in costed:  # sorted best first
+        if p.schedule not in schedules_seen:
+            schedules_seen.add(p.schedule)
+            starts.append((rank, p))
+    # Estimates cost about linearly in the plan's ranks: the walk's allowance is a count
+    # scaled by them (deterministic, unlike a time limit), the best plan's walk gets half.
+    ranks = max(len(costed[0][1].ranks), 1)
+    total = max(_REFINE_MIN, min(_REFINE_MAX, _REFINE_RANK_ESTIMATES // ranks))
+    spent = 0
+    for k, (rank, p) in enumerate(starts):
+        allowance = total // 2 if k == 0 else total // (2 * max(len(starts) - 1, 1))
+        _, used = refine(p, rank, consider, wanted, sizes, allowance)
+        spent += used
+    return spent
 
 
 def _reduced_notes(search: Search, wanted: Sequence[str], scheds: Sequence[str], raw: int,
@@ -146,22 +173,28 @@ def plan(model: Any, cluster: Any, *, global_batch_size: int | None = None,
     costed: list[tuple[tuple, Plan, Estimate]] = []
     seen: set[tuple] = set()
 
-    def consider(p: Plan) -> None:
+    def consider(p: Plan) -> tuple[tuple, Estimate] | None:
         """Re-cost `p` once; keep it when feasible and within the budget."""
         key = plan_key(p)
         if key in seen:
-            return
+            return None
         seen.add(key)
         if p.schedule not in wanted:
-            return  # a schedule filter holds for every source of plans (seeds included)
+            return None  # a schedule filter holds for every source of plans (seeds included)
         if p.sequence_parallel and any(graph.seq_len % st.tp for pipe in p.pipelines
                                        for st in pipe.stages):
-            return  # the runtime cannot slice this sequence over that TP (plan_check refuses)
-        est = estimate(graph, cluster, p, profiles=profiles, framework=framework)
+            return None  # the runtime cannot slice this sequence over that TP (plan_check)
+        try:
+            est = estimate(graph, cluster, p, profiles=profiles, framework=framework)
+        except HetplanError:
+            return None  # a refinement move the estimate's rules refuse (e.g. Megatron's)
         if est.feasible and (budget_usd_per_hour is None or (
                 est.usd_per_hour is not None
                 and est.usd_per_hour <= budget_usd_per_hour + 1e-9)):
-            costed.append((search.rank_key(est, p), p, est))
+            rank = search.rank_key(est, p)
+            costed.append((rank, p, est))
+            return rank, est
+        return None
 
     for rank, entry in enumerate(chosen):
         variants = search.plans(entry)
@@ -185,6 +218,8 @@ def plan(model: Any, cluster: Any, *, global_batch_size: int | None = None,
                 consider(variant)
     if not costed:
         raise explain_infeasible(graph, cluster, search, sizes, budget_usd_per_hour)
+    costed.sort(key=lambda c: c[0])
+    _refine(costed, consider, wanted, sizes, len(seen))
     costed.sort(key=lambda c: c[0])
     top = costed[:top_k]
     name = next((k for k, f in FRAMEWORKS.items() if f == framework), None)
