@@ -42,6 +42,8 @@ from planner.search.seeds import megatron_layouts
 
 __all__ = ["SCHEDULES", "plan"]
 
+_REFINE_KINDS = 3
+"""Refinement also starts from the best plan of up to this many sets of GPU types."""
 _REFINE_MAX = 320
 _REFINE_MIN = 24
 _REFINE_RANK_ESTIMATES = 6000
@@ -67,11 +69,16 @@ def _refine(costed: list, consider: Callable, wanted: Sequence[str], sizes: Sequ
             spent_before: int) -> int:
     """Hill-climb from the best plan and from the best of each other schedule (so that an
     interleaved plan gets its uneven chunk boundaries); returns the estimates spent."""
-    starts, schedules_seen = [], set()
+    starts, schedules_seen, kinds_seen = [], set(), set()
     for rank, p, _ in costed:  # sorted best first
-        if p.schedule not in schedules_seen:
-            schedules_seen.add(p.schedule)
+        # Also the best plan of each set of GPU types used: moves keep GPUs or free them,
+        # so a walk cannot reach another type's plans.
+        kinds = frozenset(st.gpu for pipe in p.pipelines for st in pipe.stages)
+        if p.schedule not in schedules_seen or (kinds not in kinds_seen
+                                                 and len(kinds_seen) < _REFINE_KINDS):
             starts.append((rank, p))
+        schedules_seen.add(p.schedule)
+        kinds_seen.add(kinds)
     # Estimates cost about linearly in the plan's ranks: the walk's allowance is a count
     # scaled by them (deterministic, unlike a time limit), the best plan's walk gets half.
     ranks = max(len(costed[0][1].ranks), 1)

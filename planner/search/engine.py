@@ -236,7 +236,7 @@ class Search:
             options, devices = self.island_options(opts, island, p_all, p_all, unit,
                                                    d if even else 1)
             states = math.prod(k // unit + 1 for k in budgets)
-            depth = min(self.n, m_lo, sum(k // unit for k in budgets))
+            depth = min(self.n, sum(k // unit for k in budgets))
             work = self.n * self.n * depth * states * max(len(options), 1)
             too_big = (states > _MAX_USAGE_STATES and len(island) > 1) or (
                 not self.small and work > _MAX_WORK)

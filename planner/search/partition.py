@@ -109,7 +109,10 @@ class _Program:
         for opt in options:
             min_units[opt.slot] = min(min_units.get(opt.slot, opt.units), opt.units)
         most = sum(budgets[s] // u for s, u in min_units.items())
-        self.s_max = min(n, most, min_m if schedule != "gpipe" else n)
+        # Plain 1F1B with fewer micro-batches than stages is legal (Megatron's warm-up is
+        # min(S - s - 1, m)), and its time is still Σ (t + 2·send) + (m − 1)·max t; so the
+        # stage count is bounded by the layers and GPUs only, under every schedule.
+        self.s_max = min(n, most)
         # Per option and stage position k: weight, time + 2·send (both indexed [end j,
         # start i]: the program takes its min over j, and numpy reduces the leading axis of a
         # C-order array about twice as fast as a middle one) and the finite box of every

@@ -14,7 +14,9 @@ climbing over moves that keep every rank on its GPU:
 - halve or double the micro-batch size (every pipeline's count scaled);
 - switch 1F1B and GPipe (where both are in the space asked for);
 - drop one replica of a shape (its micro-batches go to the others; its GPUs fall idle), which
-  a cost objective or budget may prefer.
+  a cost objective or budget may prefer;
+- merge two adjacent stages onto the first one's GPUs, or halve a stage's TP degree (the
+  closed form's tail term can prefer more GPUs than the event simulation does).
 
 Each accepted move strictly improves the rank key (objective, then the total order), so the
 walk ends; a fixed count of estimates bounds it, so the result is deterministic.
@@ -161,7 +163,57 @@ def moves(p: Plan, schedules: Sequence[str], sizes: Sequence[int],
         if p.schedule in ("1f1b", "gpipe") and other != p.schedule and other in schedules:
             out.append(lambda other=other: _rebuild(p, schedule=other))
     out += [lambda m=members: _drop(p, m) for members in shapes.values()]
+    for members in shapes.values():
+        stages = p.pipelines[members[0]].stages
+        out += [lambda m=members, s=s: _merge(p, m, s) for s in range(len(stages) - 1)]
+        out += [lambda m=members, s=s: _shrink_tp(p, m, s) for s in range(len(stages))
+                if stages[s].tp > 1 and s < len(p.device_groups(members[0]))]
     return out
+
+
+def _renumbered(p: Plan, pipes: list[Pipeline], **update: Any) -> Plan | None:
+    """`p` with these pipelines; ranks no stage uses leave, the rest are renumbered in order."""
+    used = sorted({r for pipe in pipes for st in pipe.stages for r in st.ranks})
+    new_id = {r: i for i, r in enumerate(used)}
+    info = {r.rank: r for r in p.ranks}
+    pipes = [pipe.model_copy(update={"stages": tuple(
+        st.model_copy(update={"ranks": tuple(new_id[r] for r in st.ranks)})
+        for st in pipe.stages)}) for pipe in pipes]
+    ranks = tuple(RankInfo(rank=new_id[r], node=info[r].node, local_rank=info[r].local_rank)
+                  for r in used)
+    return _rebuild(p, pipelines=tuple(pipes), ranks=ranks, **update)
+
+
+def _shrink_tp(p: Plan, members: list[int], s: int) -> Plan | None:
+    """Stage s (every chunk on its GPUs) at half its TP degree, in every pipeline of the
+    shape; the second half of its ranks leaves the plan."""
+    pipes = list(p.pipelines)
+    for k in members:
+        stages = list(pipes[k].stages)
+        home = stages[s].ranks
+        if len(home) < 2:
+            return None
+        keep = home[: len(home) // 2]
+        stages = [st.model_copy(update={"tp": len(keep), "ranks": keep})
+                  if st.ranks == home else st for st in stages]
+        pipes[k] = pipes[k].model_copy(update={"stages": tuple(stages)})
+    return _renumbered(p, pipes)
+
+
+def _merge(p: Plan, members: list[int], s: int) -> Plan | None:
+    """Stage s takes over stage s + 1's layers, in every pipeline of the shape (on stage s's
+    GPUs); the freed ranks leave the plan. Fewer stages can win on p2p and the bubble."""
+    if p.virtual_stages > 1:
+        return None
+    gone: set[int] = set()
+    pipes = list(p.pipelines)
+    for k in members:
+        stages = list(pipes[k].stages)
+        a, b = stages[s], stages[s + 1]
+        gone.update(b.ranks)
+        stages[s:s + 2] = [a.model_copy(update={"layers": (a.layers[0], b.layers[1])})]
+        pipes[k] = pipes[k].model_copy(update={"stages": tuple(stages)})
+    return _renumbered(p, pipes)
 
 
 def neighbours(p: Plan, schedules: Sequence[str], sizes: Sequence[int]) -> Iterator[Plan]:
