@@ -1,8 +1,8 @@
 """hetplan's Python API: the same objects the CLI uses.
 
     import planner
-    model = planner.load_model("configs/models/llama3-70b.yaml")
-    cluster = planner.load_cluster("configs/clusters/lab-mixed.yaml")
+    model = planner.load_model("llama3-70b"       # or a YAML / config.json path)
+    cluster = planner.load_cluster("lab-mixed"     # planner/configs/clusters/, or a path)
     result = planner.plan(model, cluster, global_batch_size=1024)
     est = planner.estimate(model, cluster, result.best)
 

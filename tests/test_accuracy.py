@@ -58,7 +58,7 @@ def test_sailor_heterogeneous_rank(reports: dict) -> None:
 
 
 def test_mit_network_rate_matches_sailors_gradient_reduction_times() -> None:
-    """configs/clusters/mit-het.yaml gives 1 Gbit/s between nodes. The evidence is not the
+    """planner/configs/clusters/mit-het.yaml gives 1 Gbit/s between nodes. The evidence is not the
     iteration times but Sailor's own `red_grads_field`: for the data-parallel plans whose
     replicas run at similar speed it equals the DP all-reduce time we predict at 1 Gbit/s to
     within 15 % (0.87-1.14x; at 10 Gbit/s it would be ~10x too fast)."""

@@ -105,7 +105,8 @@ def _shape(plan: Any) -> str:
 @app.command()
 def plan(
     model: Annotated[str, typer.Argument(help="Model: zoo name, YAML or config.json.")],
-    cluster: Annotated[str, typer.Argument(help="Cluster: name under configs/clusters or YAML.")],
+    cluster: Annotated[str, typer.Argument(
+        help="Cluster: bundled name (planner/configs/clusters) or YAML.")],
     output: Annotated[str | None, typer.Option("-o", "--output", help="Write the plan JSON "
                                                "here.")] = None,
     global_batch: Annotated[int | None, typer.Option(

@@ -17,12 +17,12 @@ from planner.graph.spec import ModelSpec
 
 __all__ = ["MODELS_DIR", "load_model_spec", "zoo_names"]
 
-# configs/ sits beside planner/ at the repository root (it is not package data).
-MODELS_DIR = Path(__file__).resolve().parents[2] / "configs" / "models"
+# The zoo is package data (planner/configs/models), so a non-editable install keeps it.
+MODELS_DIR = Path(__file__).resolve().parents[1] / "configs" / "models"
 
 
 def zoo_names() -> list[str]:
-    """Names of the bundled models (configs/models/*.yaml), sorted."""
+    """Names of the bundled models (planner/configs/models/*.yaml), sorted."""
     return sorted(p.stem for p in MODELS_DIR.glob("*.yaml"))
 
 
