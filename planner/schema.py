@@ -15,6 +15,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from planner.errors import SpecError
+from planner.outfile import write_output
 
 __all__ = ["SCHEMA", "Pipeline", "Plan", "RankInfo", "Stage"]
 
@@ -130,7 +131,7 @@ class Plan(_Frozen):
     def save(self, path: str | Path) -> None:
         if self.model is None or self.cluster is None:
             raise SpecError(str(path), None, "a plan file must embed its model and cluster specs")
-        Path(path).write_text(self.to_json())
+        write_output(path, self.to_json())
 
     @classmethod
     def from_dict(cls, data: Any, where: str = "plan") -> Plan:

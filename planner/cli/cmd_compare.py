@@ -22,6 +22,7 @@ from planner.cli.options import (
     use_calibration,
 )
 from planner.cli.output import console, print_json, wide_console
+from planner.cli.progress import spinner
 
 __all__ = ["compare", "duration"]
 
@@ -59,8 +60,11 @@ def compare(
     from planner.costing.framework import framework_named
     from planner.report.compare import compare as run_compare
     from planner.report.compare import parse_tokens
+    from planner.report.figure import check_figure_path
     from planner.report.pareto import draw_pareto
 
+    if plot is not None:
+        check_figure_path(plot, "--plot")  # before planning every cluster, not after
     use_calibration(calibration)
     fw = framework_named(framework)
     measured = load_profiles(profiles)
@@ -71,8 +75,10 @@ def compare(
         c = planner.load_cluster(arg)
         name = c.name if c.name not in [n for n, _ in loaded] else arg
         loaded.append((name, c))
-    rows = run_compare(graph, loaded, global_batch_size=global_batch, tokens=train_tokens,
-                       objective=objective, framework=fw, profiles=measured)
+    with spinner(f"planning {_model_name(graph, model)} on {len(loaded)} cluster(s)",
+                 enabled=not json_out):
+        rows = run_compare(graph, loaded, global_batch_size=global_batch, tokens=train_tokens,
+                           objective=objective, framework=fw, profiles=measured)
     if plot is not None:
         ok = [r for r in rows if r.feasible]
         draw_pareto([r.cluster for r in ok], [r.usd_per_hour for r in ok],

@@ -28,6 +28,7 @@ from planner.cli.options import (
 )
 from planner.cli.output import console, print_json
 from planner.errors import HetplanError
+from planner.outfile import check_output
 
 __all__ = ["plan"]
 
@@ -133,6 +134,8 @@ def plan(
         raise HetplanError(f"--objective {objective!r}: use throughput or cost")
     if top_k < 1:
         raise HetplanError(f"--top-k {top_k}: must be at least 1")
+    if output:
+        check_output(output, "-o")  # before the search, not after it
     use_calibration(calibration)
     fw = framework_named(framework)
     measured = load_profiles(profiles)

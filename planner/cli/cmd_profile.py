@@ -18,6 +18,7 @@ from rich.table import Table
 from planner.cli.main import app
 from planner.cli.output import console, print_json
 from planner.errors import HetplanError
+from planner.outfile import check_output
 
 if TYPE_CHECKING:
     import torch
@@ -96,6 +97,8 @@ def profile(
     if warmup < 0 or repeats < 1:
         raise HetplanError(f"--warmup {warmup} / --repeats {repeats}: need warmup >= 0 and "
                            "repeats >= 1")
+    if out is not None:
+        check_output(out, "--out")  # before the timing, not after it
     spec = load_model_spec(model)
     sizes = _micro_batches(micro_batches)
     dev, gpu_spec = _device_and_gpu(device, gpu)

@@ -15,6 +15,7 @@ import typer
 from planner.cli.main import app
 from planner.cli.options import FrameworkOption, ProfilesOption, load_profiles
 from planner.cli.output import console, print_json
+from planner.outfile import check_output
 
 __all__ = ["replan"]
 
@@ -42,6 +43,8 @@ def replan(
     from planner.replanning import replan as run_replan
     from planner.schema import Plan
 
+    if out is not None:
+        check_output(out, "-o")  # before the search, not after it
     plan = Plan.load(plan_file)
     measured = load_profiles(profiles)
     r = run_replan(plan, remove=remove or (), add=add or (), tolerance=tolerance,

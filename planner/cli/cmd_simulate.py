@@ -57,9 +57,13 @@ def simulate(
     json_out: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
     """Simulate a plan's pipeline schedule: per-stage busy time, bubble, Gantt chart."""
+    from planner.report.figure import check_figure_path
     from planner.report.gantt import draw_gantt
     from planner.report.plan_view import stage_labels, timeline_to_dict
 
+    for path, flag in ((gantt, "--gantt"), (svg, "--svg")):
+        if path is not None:
+            check_figure_path(path, flag)
     use_calibration(calibration)
     plan, est, timelines = simulate_plan(plan_file, load_profiles(profiles), framework)
     labels = stage_labels(plan)
