@@ -14,6 +14,9 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+__version__ = "0.1.0"
+"""The package version (pyproject.toml reads it from here)."""
+
 __all__ = [
     "HetplanError",
     "Plan",

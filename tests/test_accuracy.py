@@ -1,7 +1,8 @@
-"""The issue's accuracy targets on the public measurements in ../shared/data.
+"""The issue's accuracy targets on the public measurements shipped with hetplan
+(planner/costing/validation/data, sources in its README.md).
 
-Skipped when the data folder is absent. Targets not yet met are strict xfails with the figure
-we reach, so a model change that meets them turns them into failures to update.
+Targets not yet met are strict xfails with the figure we reach, so a model change that meets
+them turns them into failures to update.
 """
 
 from __future__ import annotations
@@ -12,8 +13,6 @@ from planner.costing.validation import default_data_dir, run_all
 from planner.costing.validation.common import FileReport
 
 DATA = default_data_dir()
-pytestmark = pytest.mark.skipif(not (DATA / "amp_measured_plans.csv").exists(),
-                                reason=f"public measurements not found at {DATA}")
 
 
 @pytest.fixture(scope="module")

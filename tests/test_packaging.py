@@ -43,10 +43,16 @@ def _build_wheel(tmp_path: Path) -> set[str]:
     assert proc.returncode == 0, proc.stderr[-2000:]
     wheel = out / proc.stdout.strip().splitlines()[-1]
     with zipfile.ZipFile(wheel) as zf:
-        return set(zf.namelist())
+        names = set(zf.namelist())
+        meta = next(n for n in names if n.endswith(".dist-info/METADATA"))
+        import planner
+
+        # `hetplan --version` and the installed package agree (one source of the version).
+        assert f"\nVersion: {planner.__version__}\n" in zf.read(meta).decode()
+        return names
 
 
-def test_wheel_holds_zoo_clusters_catalog_and_profiles(tmp_path: Path) -> None:
+def test_wheel_holds_zoo_clusters_catalog_profiles_and_measurements(tmp_path: Path) -> None:
     names = _build_wheel(tmp_path)
     data = _data_files()
     missing = sorted(data - names)
@@ -55,7 +61,10 @@ def test_wheel_holds_zoo_clusters_catalog_and_profiles(tmp_path: Path) -> None:
     for required in ("planner/configs/models/llama3-70b.yaml",
                      "planner/configs/clusters/lab-mixed.yaml",
                      "cost_models/catalog/gpus.yaml",
-                     "cost_models/profiles/sailor.csv"):
+                     "cost_models/profiles/sailor.csv",
+                     "planner/costing/validation/data/README.md",
+                     "planner/costing/validation/data/amp_measured_plans.csv",
+                     "planner/costing/validation/data/sailor_measured_plans.csv"):
         assert required in names
     zoo = {Path(n).stem for n in names if n.startswith("planner/configs/models/")}
     clusters = {Path(n).stem for n in names if n.startswith("planner/configs/clusters/")}
@@ -63,4 +72,7 @@ def test_wheel_holds_zoo_clusters_catalog_and_profiles(tmp_path: Path) -> None:
     from planner.graph.load_spec import zoo_names
     assert zoo == set(zoo_names()) and len(zoo) >= 10
     assert clusters == set(bundled_clusters()) and len(clusters) >= 10
+    from planner.costing.validation import DATA_FILES
+    shipped = {Path(n).name for n in names if n.startswith("planner/costing/validation/data/")}
+    assert shipped >= set(DATA_FILES)
     assert not any(n.startswith(("tests/", "bench/", "configs/")) for n in names)

@@ -20,6 +20,7 @@ from rich.table import Table
 from planner.cli.main import app
 from planner.cli.output import console, print_json
 from planner.cli.plan_file import load_checked, refuse_infeasible
+from planner.cli.progress import spinner
 
 __all__ = ["dryrun"]
 
@@ -51,8 +52,9 @@ def dryrun(
     if not allow_infeasible:
         refuse_infeasible(checked, "dryrun")
     try:
-        res = run_dryrun(checked.plan, steps=steps, max_ranks=max_ranks, timeout_s=timeout_s,
-                         memory_gib=memory_gib)
+        with spinner(f"dry run of {plan_file}", enabled=not json_out):
+            res = run_dryrun(checked.plan, steps=steps, max_ranks=max_ranks,
+                             timeout_s=timeout_s, memory_gib=memory_gib)
     except WorkerError as exc:
         typer.echo(f"error: dryrun failed: {exc}", err=True)
         raise typer.Exit(1) from None

@@ -21,6 +21,7 @@ from planner.cli.options import (
     use_calibration,
 )
 from planner.cli.output import console, print_json
+from planner.cli.progress import spinner
 
 __all__ = ["whatif"]
 
@@ -65,10 +66,11 @@ def whatif(
                            "(e.g. --add \"8 H100-SXM5-80GB\")")
     graph = planner.load_model(model)
     base = planner.load_cluster(cluster)
-    w = run_whatif(graph, base, add=add or (), remove=remove or (), price=price or (),
-                   network_gbps=network_gbps, partition=partition or (),
-                   global_batch_size=global_batch,
-                   objective=objective, framework=fw, profiles=measured)
+    with spinner(f"planning before and after on {base.name}", enabled=not json_out):
+        w = run_whatif(graph, base, add=add or (), remove=remove or (), price=price or (),
+                       network_gbps=network_gbps, partition=partition or (),
+                       global_batch_size=global_batch,
+                       objective=objective, framework=fw, profiles=measured)
     if json_out:
         print_json(w.to_dict())
         return
