@@ -8,7 +8,7 @@ from typing import Any
 from planner.schema import Plan
 from planner.simulate import Timeline
 
-__all__ = ["stage_labels", "stage_layout", "timeline_to_dict"]
+__all__ = ["batch_line", "batch_record", "stage_labels", "stage_layout", "timeline_to_dict"]
 
 
 def _layers(ranges: Sequence[tuple[int, int]]) -> str:
@@ -67,3 +67,18 @@ def timeline_to_dict(t: Timeline, events: bool = True) -> dict[str, Any]:
             {"device": e.device, "kind": e.kind, "microbatch": e.microbatch, "chunk": e.chunk,
              "start_s": r(e.start_s), "end_s": r(e.end_s)} for e in t.events]
     return out
+
+
+def batch_line(plan: Plan, seq_len: int) -> str:
+    """What one iteration processes, as the product it is:
+    `seq_len 4,096 × global batch 256 (micro-batch 2) = 1,048,576 tokens per iteration`."""
+    tokens = seq_len * plan.global_batch_size
+    return (f"seq_len {seq_len:,} × global batch {plan.global_batch_size:,} "
+            f"(micro-batch {plan.micro_batch_size}) = {tokens:,} tokens per iteration")
+
+
+def batch_record(plan: Plan, seq_len: int) -> dict[str, int]:
+    """`batch_line` as JSON fields."""
+    return {"seq_len": seq_len, "global_batch_size": plan.global_batch_size,
+            "micro_batch_size": plan.micro_batch_size,
+            "tokens_per_iteration": seq_len * plan.global_batch_size}
