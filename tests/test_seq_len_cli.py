@@ -162,3 +162,45 @@ def test_api_takes_seq_len(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     assert result.best.model["seq_len"] == 128
     with pytest.raises(planner.HetplanError, match="positive whole number"):
         planner.load_model("tiny", seq_len=0)
+
+
+def test_compare_whatif_simulate_show_seq_len_and_batch(tmp_path: Path,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    line = "seq_len 256 × global batch 16 = 4,096 tokens per iteration"
+    code, out, err = run_cli(["compare", "tiny", "amp-het", "--global-batch", "16",
+                              "--seq-len", "256"], capsys)
+    assert code == 0, err
+    assert line in out and "µbatch" in out
+    code, out, err = run_cli(["compare", "tiny", "amp-het", "--global-batch", "16",
+                              "--seq-len", "256", "--json"], capsys)
+    (row,) = json.loads(out)
+    assert (row["seq_len"], row["global_batch_size"]) == (256, 16)
+    code, out, err = run_cli(["whatif", "tiny", "amp-het", "--remove", "g4dn", "--global-batch",
+                              "16", "--seq-len", "256"], capsys)
+    assert code == 0, err
+    assert line in out and "micro-batch" in out
+    plan_file = tmp_path / "plan.json"
+    code, _, err = run_cli(["plan", "tiny", "amp-het", "--global-batch", "16", "--top-k", "1",
+                            "--seq-len", "256", "-o", str(plan_file), "--json"], capsys)
+    assert code == 0, err
+    micro = json.loads(plan_file.read_text())["micro_batch_size"]
+    code, out, err = run_cli(["simulate", str(plan_file)], capsys)
+    assert code == 0, err
+    assert (f"seq_len 256 × global batch 16 (micro-batch {micro}) = 4,096 tokens per "
+            "iteration") in out
+    code, out, err = run_cli(["simulate", str(plan_file), "--seq-len", "512", "--json"], capsys)
+    assert code == 0 and "planned at seq_len 256" in err
+    assert json.loads(out)["tokens_per_iteration"] == 16 * 512
+
+
+def test_profile_rows_are_for_the_seq_len_asked(tmp_path: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    from cost_models.profiles import read_profile_csv
+
+    out_csv = tmp_path / "p.csv"
+    code, out, err = run_cli(["profile", "tiny", "--device", "cpu", "--gpu", "A100",
+                              "--micro-batches", "1", "--warmup", "0", "--repeats", "1",
+                              "--seq-len", "32", "--out", str(out_csv), "--json"], capsys)
+    assert code == 0, err
+    assert json.loads(out)["seq_len"] == 32
+    assert {r.seq_len for r in read_profile_csv(out_csv)} == {32}
