@@ -204,3 +204,18 @@ def test_profile_rows_are_for_the_seq_len_asked(tmp_path: Path,
     assert code == 0, err
     assert json.loads(out)["seq_len"] == 32
     assert {r.seq_len for r in read_profile_csv(out_csv)} == {32}
+
+
+def test_replan_keeps_and_shows_the_plans_seq_len(tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    plan_file, new_file = tmp_path / "plan.json", tmp_path / "new.json"
+    code, _, err = run_cli(["plan", "tiny", "amp-het", "--global-batch", "16", "--top-k", "1",
+                            "--seq-len", "256", "-o", str(plan_file), "--json"], capsys)
+    assert code == 0, err
+    code, out, err = run_cli(["replan", str(plan_file), "--remove", "g4dn", "-o",
+                              str(new_file)], capsys)
+    assert code == 0, err
+    new = json.loads(new_file.read_text())
+    assert new["model"]["seq_len"] == 256
+    assert (f"seq_len 256 × global batch 16 (micro-batch {new['micro_batch_size']}) = 4,096 "
+            "tokens per iteration") in out
