@@ -219,3 +219,14 @@ def test_replan_keeps_and_shows_the_plans_seq_len(tmp_path: Path,
     assert new["model"]["seq_len"] == 256
     assert (f"seq_len 256 × global batch 16 (micro-batch {new['micro_batch_size']}) = 4,096 "
             "tokens per iteration") in out
+
+
+@pytest.mark.parametrize("name_or_path", ["/", "./", "", "meta-llama/Llama-3.1-8B"])
+def test_config_json_name_is_never_empty(name_or_path: str, tmp_path: Path,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    folder = Path(_tiny_hf(tmp_path)).parent
+    data = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**data, "_name_or_path": name_or_path}))
+    code, out, err = run_cli(["inspect", str(folder / "config.json"), "--json"], capsys)
+    assert code == 0, err
+    assert json.loads(out)["name"] == ("Llama-3.1-8B" if "/L" in name_or_path else "tiny-hf")

@@ -105,8 +105,11 @@ def from_hf_config(data: dict[str, Any], where: str, *, default_name: str) -> di
     `seq_len` (see `hf_max_positions`)."""
     model_type = data.get("model_type")
     name = default_name
-    if isinstance(data.get("_name_or_path"), str) and data["_name_or_path"]:
-        name = data["_name_or_path"].rstrip("/").rsplit("/", 1)[-1]
+    if isinstance(data.get("_name_or_path"), str):
+        # `org/Model` -> `Model`; a local path such as "./" or "/" names nothing.
+        tail = data["_name_or_path"].rstrip("/").rsplit("/", 1)[-1]
+        if tail.strip(". "):
+            name = tail
     note = f"HuggingFace config.json ({where}, model_type {model_type})"
     if model_type in _LLAMA_LIKE:
         heads = _need(data, "num_attention_heads", where)
