@@ -230,3 +230,26 @@ def test_config_json_name_is_never_empty(name_or_path: str, tmp_path: Path,
     code, out, err = run_cli(["inspect", str(folder / "config.json"), "--json"], capsys)
     assert code == 0, err
     assert json.loads(out)["name"] == ("Llama-3.1-8B" if "/L" in name_or_path else "tiny-hf")
+
+
+def test_a_measured_module_keeps_its_length(tmp_path: Path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    import torch
+
+    import planner
+    from planner.cluster import cluster_from_dict
+    from tests.user_models import S, make_net
+
+    model = planner.from_module(make_net(), torch.zeros(2, S, dtype=torch.long), name="usernet")
+    assert planner.load_model(model, seq_len=S) is model
+    with pytest.raises(planner.HetplanError, match=f"measured from a module at seq_len {S}"):
+        planner.load_model(model, seq_len=2 * S)
+    cluster = cluster_from_dict({"name": "four-t4", "nodes": [
+        {"name": "box", "count": 1, "gpu": "T4", "gpus_per_node": 4, "intra_node": "pcie",
+         "inter_node_gbps": 50}]})
+    path = tmp_path / "mine.json"
+    planner.plan(model, cluster, global_batch_size=8, seq_len=S).best.save(path)
+    code, out, err = run_cli(["estimate", str(path), "--seq-len", str(2 * S)], capsys)
+    assert code == 2 and out == ""
+    (line,) = _lines(err)
+    assert line.startswith("error:") and f"measured at seq_len {S}" in line
