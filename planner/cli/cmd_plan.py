@@ -23,7 +23,9 @@ from planner.cli.options import (
     CalibrationOption,
     FrameworkOption,
     ProfilesOption,
+    SeqLenOption,
     load_profiles,
+    parse_seq_len,
     use_calibration,
 )
 from planner.cli.output import console, print_json
@@ -122,12 +124,14 @@ def plan(
     framework: FrameworkOption = None,
     calibration: CalibrationOption = None,
     profiles: ProfilesOption = None,
+    seq_len: SeqLenOption = None,
     json_out: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
     """Find the fastest (or cheapest) plan for MODEL on CLUSTER, exactly."""
     from planner.cluster import load_cluster
     from planner.costing.framework import framework_named
     from planner.graph import load_model
+    from planner.report.plan_view import batch_line
     from planner.search import plan as search
 
     if objective not in ("throughput", "cost"):
@@ -136,10 +140,11 @@ def plan(
         raise HetplanError(f"--top-k {top_k}: must be at least 1")
     if output:
         check_output(output, "-o")  # before the search, not after it
+    tokens = parse_seq_len(seq_len)
     use_calibration(calibration)
     fw = framework_named(framework)
     measured = load_profiles(profiles)
-    m = load_model(model)
+    m = load_model(model, seq_len=tokens)
     cl = load_cluster(cluster)
     bar = None if json_out else _Bar()
     try:
@@ -160,6 +165,7 @@ def plan(
         return
     best, est = result.best, result.estimates[0]
     console.print(_stage_table(best, est, f"{m.name} on {cl.name}: best plan"))
+    console.print(batch_line(best, m.seq_len))
     console.print(_summary(best, est))
     if len(result.candidates) > 1:
         alt = Table(title="alternatives")

@@ -41,6 +41,7 @@ def replan(
 ) -> None:
     """Re-plan after nodes are lost or added, moving as little training state as possible."""
     from planner.replanning import replan as run_replan
+    from planner.report.plan_view import batch_line, plan_seq_len
     from planner.schema import Plan
 
     if out is not None:
@@ -68,5 +69,8 @@ def replan(
                   f"{r.tokens_per_s_after:,.0f} ({change:+.1f} %); iteration "
                   f"{r.iteration_time_s_before:.4f} s → {r.iteration_time_s_after:.4f} s "
                   f"(fastest found {r.fastest_iteration_time_s:.4f} s)")
+    seq = plan_seq_len(r.plan)  # the running plan's length: a replan never changes it
+    if seq is not None:
+        console.print(batch_line(r.plan, seq))
     if out is not None:
         console.print(f"wrote {out}")

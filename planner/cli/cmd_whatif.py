@@ -17,7 +17,9 @@ from planner.cli.options import (
     CalibrationOption,
     FrameworkOption,
     ProfilesOption,
+    SeqLenOption,
     load_profiles,
+    parse_seq_len,
     use_calibration,
 )
 from planner.cli.output import console, print_json
@@ -48,12 +50,14 @@ def whatif(
     framework: FrameworkOption = None,
     calibration: CalibrationOption = None,
     profiles: ProfilesOption = None,
+    seq_len: SeqLenOption = None,
     json_out: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
     """Plan before and after editing the cluster: what changes, and by how much."""
     import planner
     from planner.costing.framework import framework_named
     from planner.errors import HetplanError
+    from planner.report.plan_view import batch_text
     from planner.report.whatif import whatif as run_whatif
     from planner.report.whatif import whatif_lines
 
@@ -64,7 +68,7 @@ def whatif(
         raise HetplanError("whatif: nothing to change; give --add, --remove, --price or "
                            "--partition "
                            "(e.g. --add \"8 H100-SXM5-80GB\")")
-    graph = planner.load_model(model)
+    graph = planner.load_model(model, seq_len=parse_seq_len(seq_len))
     base = planner.load_cluster(cluster)
     with spinner(f"planning before and after on {base.name}", enabled=not json_out):
         w = run_whatif(graph, base, add=add or (), remove=remove or (), price=price or (),
@@ -87,6 +91,8 @@ def whatif(
             style = "green" if _better(name, pct) else "red"
         table.add_row(name, before, after, f"[{style}]{change}[/]" if style else change)
     console.print(table)
+    gbs = w.before.global_batch_size or w.after.global_batch_size
+    console.print(batch_text(graph.seq_len, gbs) if gbs else f"seq_len {graph.seq_len:,}")
     d = w.to_dict()
     console.print(f"before: {d['layout_before'] or w.before.problem}")
     console.print(f"after:  {d['layout_after'] or w.after.problem}")

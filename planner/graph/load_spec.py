@@ -12,7 +12,8 @@ from typing import Any
 import yaml
 
 from planner.errors import SpecError
-from planner.graph.hf_config import from_hf_config, looks_like_hf_config
+from planner.graph.hf_config import from_hf_config, hf_max_positions, looks_like_hf_config
+from planner.graph.seq_len import Notice, check_seq_len, choose_seq_len, print_notice
 from planner.graph.spec import ModelSpec
 
 __all__ = ["MODELS_DIR", "load_model_spec", "zoo_names"]
@@ -67,17 +68,41 @@ def _parse(path: Path) -> Any:
         raise SpecError(where, None, f"not valid YAML: {problem}{at}") from None
 
 
-def load_model_spec(path_or_name: str | Path) -> ModelSpec:
-    """A validated ModelSpec from a bundled name (`llama3-8b`), a YAML, or a config.json."""
+def _hf_default_name(path: Path, data: dict[str, Any]) -> str:
+    """A config.json is named after its folder (`Qwen2.5-7B/config.json`), resolved so that
+    `config.json` and `./config.json` get one too; any other file after its stem; never empty."""
+    if path.name != "config.json":
+        return path.stem
+    return path.resolve().parent.name or str(data.get("model_type") or "model")
+
+
+def load_model_spec(path_or_name: str | Path, *, seq_len: int | None = None,
+                    notice: Notice | None = None) -> ModelSpec:
+    """A validated ModelSpec from a bundled name (`llama3-8b`), a YAML, or a config.json.
+
+    `seq_len` overrides the file's training sequence length. A config.json has none of its
+    own: without `seq_len` it gets `planner.graph.seq_len.choose_seq_len`'s default and a
+    one-line notice through `notice` (default: stderr).
+    """
+    if seq_len is not None:
+        check_seq_len(seq_len)
     path = _resolve(path_or_name)
     where = str(path)
     data = _parse(path)
     if not isinstance(data, dict):
         kind = type(data).__name__ if data is not None else "nothing"
         raise SpecError(where, None, f"expected a mapping of model fields, got {kind}")
+    line = None
     if looks_like_hf_config(data):
-        default_name = path.parent.name if path.name == "config.json" else path.stem
-        data = from_hf_config(data, where, default_name=default_name)
+        fields = from_hf_config(data, where, default_name=_hf_default_name(path, data))
+        fields["seq_len"], line = choose_seq_len(hf_max_positions(data, where), seq_len,
+                                                 where=where, architecture=fields["architecture"])
+        data = fields
     else:
         data = {"name": path.stem, **data}
-    return ModelSpec.from_dict(data, where)
+        if seq_len is not None:
+            data["seq_len"] = seq_len
+    spec = ModelSpec.from_dict(data, where)
+    if line is not None:  # only once the spec is valid: an error line is then the only line
+        (notice or print_notice)(line)
+    return spec
