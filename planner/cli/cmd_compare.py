@@ -25,6 +25,7 @@ from planner.cli.options import (
 )
 from planner.cli.output import console, print_json, wide_console
 from planner.cli.progress import spinner
+from planner.limits import MAX_GLOBAL_BATCH
 
 __all__ = ["compare", "duration"]
 
@@ -44,7 +45,8 @@ def compare(
     model: Annotated[str, typer.Argument(help="Model: zoo name, YAML or config.json.")],
     clusters: Annotated[list[str], typer.Argument(help="Clusters: names or YAML files.")],
     global_batch: Annotated[int | None, typer.Option(
-        "--global-batch", help="Sequences per iteration (default: the model file's).")] = None,
+        "--global-batch", min=1, max=MAX_GLOBAL_BATCH,
+        help="Sequences per iteration (default: the model file's).")] = None,
     tokens: Annotated[str | None, typer.Option(
         "--tokens", help="Tokens to train, for time and cost to train (e.g. 300B, 2e12).")] = None,
     objective: Annotated[str, typer.Option(

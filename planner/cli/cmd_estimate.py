@@ -22,6 +22,7 @@ from planner.cli.options import (
     FrameworkOption,
     ProfilesOption,
     SeqLenOption,
+    finite_option,
     load_profiles,
     parse_seq_len,
     use_calibration,
@@ -29,6 +30,7 @@ from planner.cli.options import (
 from planner.cli.output import console, print_json
 from planner.cli.plan_file import is_plan_file, load_checked
 from planner.errors import HetplanError
+from planner.limits import MAX_DEGREE, MAX_GLOBAL_BATCH, MAX_LAYERS
 
 __all__ = ["estimate"]
 
@@ -83,30 +85,34 @@ def estimate(
                                                  "or a plan JSON.")],
     cluster: Annotated[str | None, typer.Argument(help="Cluster (name or YAML); with a plan "
                                                   "file: price it on this cluster.")] = None,
-    tp: Annotated[int, typer.Option("--tp", help="Tensor-parallel degree.")] = 1,
-    pp: Annotated[int, typer.Option("--pp", help="Pipeline stages.")] = 1,
-    dp: Annotated[int | None, typer.Option("--dp", help="Data-parallel degree "
-                                           "(default: all GPUs).")] = None,
-    micro_batch: Annotated[int, typer.Option("--micro-batch", help="Sequences per "
-                                             "micro-batch.")] = 1,
-    global_batch: Annotated[int | None, typer.Option("--global-batch", help="Sequences per "
-                                                     "iteration (default: the model spec's).")
-                            ] = None,
+    tp: Annotated[int, typer.Option("--tp", min=1, max=MAX_DEGREE,
+                                    help="Tensor-parallel degree.")] = 1,
+    pp: Annotated[int, typer.Option("--pp", min=1, max=MAX_DEGREE, help="Pipeline stages.")] = 1,
+    dp: Annotated[int | None, typer.Option("--dp", min=1, max=MAX_DEGREE,
+                                           help="Data-parallel degree (default: all GPUs).")
+                  ] = None,
+    micro_batch: Annotated[int, typer.Option("--micro-batch", min=1, max=MAX_GLOBAL_BATCH,
+                                             help="Sequences per micro-batch.")] = 1,
+    global_batch: Annotated[int | None, typer.Option(
+        "--global-batch", min=1, max=MAX_GLOBAL_BATCH,
+        help="Sequences per iteration (default: the model spec's).")] = None,
     recompute: Annotated[str, typer.Option("--recompute", help="none | selective | full.")
                          ] = "none",
     sequence_parallel: Annotated[bool, typer.Option("--sequence-parallel")] = False,
     schedule: Annotated[str, typer.Option("--schedule", help="1f1b | gpipe | interleaved.")
                         ] = "1f1b",
-    virtual_stages: Annotated[int, typer.Option("--virtual-stages", help="Chunks per stage "
-                                                "(interleaved).")] = 1,
+    virtual_stages: Annotated[int, typer.Option("--virtual-stages", min=1, max=MAX_LAYERS,
+                                                help="Chunks per stage (interleaved).")] = 1,
     layers_per_stage: Annotated[str | None, typer.Option(
         "--layers-per-stage", help="Layers per chunk incl. embedding and head, e.g. 3,9,9,5.")
     ] = None,
-    ep: Annotated[int, typer.Option("--ep", help="Expert parallelism (mixture-of-experts "
+    ep: Annotated[int, typer.Option("--ep", min=1, max=MAX_DEGREE,
+        help="Expert parallelism (mixture-of-experts "
                                     "models): experts split over groups of ep DP replicas.")
                   ] = 1,
     capacity_factor: Annotated[float, typer.Option(
-        "--capacity-factor", help="MoE: the busiest expert's load over the balanced one.")
+        "--capacity-factor", callback=finite_option,
+        help="MoE: the busiest expert's load over the balanced one.")
     ] = DEFAULT_CAPACITY_FACTOR,
     zero1: Annotated[bool, typer.Option("--zero1", help="Same as --zero 1.")] = False,
     zero: Annotated[int | None, typer.Option(

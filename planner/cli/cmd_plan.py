@@ -24,12 +24,14 @@ from planner.cli.options import (
     FrameworkOption,
     ProfilesOption,
     SeqLenOption,
+    finite_option,
     load_profiles,
     parse_seq_len,
     use_calibration,
 )
 from planner.cli.output import console, print_json
 from planner.errors import HetplanError
+from planner.limits import MAX_GLOBAL_BATCH
 from planner.outfile import check_output
 
 __all__ = ["plan"]
@@ -113,12 +115,15 @@ def plan(
     output: Annotated[str | None, typer.Option("-o", "--output", help="Write the plan JSON "
                                                "here.")] = None,
     global_batch: Annotated[int | None, typer.Option(
-        "--global-batch", help="Sequences per iteration (default: the model spec's).")] = None,
+        "--global-batch", min=1, max=MAX_GLOBAL_BATCH,
+        help="Sequences per iteration (default: the model spec's).")] = None,
     objective: Annotated[str, typer.Option("--objective", help="throughput | cost.")
                          ] = "throughput",
     budget_usd_per_hour: Annotated[float | None, typer.Option(
-        "--budget-usd-per-hour", help="Only plans whose GPUs cost at most this.")] = None,
-    top_k: Annotated[int, typer.Option("--top-k", help="Alternatives to list.")] = 5,
+        "--budget-usd-per-hour", min=0.0, callback=finite_option,
+        help="Only plans whose GPUs cost at most this.")] = None,
+    top_k: Annotated[int, typer.Option("--top-k", min=1, max=1000,
+        help="Alternatives to list.")] = 5,
     sequence_parallel: Annotated[bool, typer.Option(
         "--sequence-parallel", help="Plan with Megatron sequence parallelism.")] = False,
     framework: FrameworkOption = None,

@@ -85,9 +85,11 @@ def profile(
                                                "cuda).")] = None,
     gpu: Annotated[str | None, typer.Option("--gpu", help="Catalog GPU the rows are for "
                                             "(default: the CUDA device's name).")] = None,
-    warmup: Annotated[int, typer.Option("--warmup", help="Untimed calls per measurement.")
+    warmup: Annotated[int, typer.Option("--warmup", min=0, max=10_000,
+        help="Untimed calls per measurement.")
                       ] = 3,
-    repeats: Annotated[int, typer.Option("--repeats", help="Timed calls; the median is "
+    repeats: Annotated[int, typer.Option("--repeats", min=1, max=10_000,
+        help="Timed calls; the median is "
                                          "kept.")] = 10,
     seq_len: SeqLenOption = None,
     json_out: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,

@@ -13,7 +13,12 @@ from typing import Annotated
 import typer
 
 from planner.cli.main import app
-from planner.cli.options import FrameworkOption, ProfilesOption, load_profiles
+from planner.cli.options import (
+    FrameworkOption,
+    ProfilesOption,
+    finite_option,
+    load_profiles,
+)
 from planner.cli.output import console, print_json
 from planner.outfile import check_output
 
@@ -32,7 +37,8 @@ def replan(
     add: Annotated[list[str] | None, typer.Option(
         "--add", help='GPUs that joined: "8 H100-SXM5-80GB" or "2x8 A100".')] = None,
     tolerance: Annotated[float, typer.Option(
-        "--tolerance", help="Accept plans this much slower than the fastest (fraction) if "
+        "--tolerance", min=0.0, max=10.0, callback=finite_option,
+        help="Accept plans this much slower than the fastest (fraction) if "
         "they move less state.")] = 0.05,
     out: Annotated[Path | None, typer.Option("-o", "--out", help="Write the new plan.")] = None,
     framework: FrameworkOption = None,

@@ -18,12 +18,14 @@ from planner.cli.options import (
     FrameworkOption,
     ProfilesOption,
     SeqLenOption,
+    finite_option,
     load_profiles,
     parse_seq_len,
     use_calibration,
 )
 from planner.cli.output import console, print_json
 from planner.cli.progress import spinner
+from planner.limits import MAX_GLOBAL_BATCH
 
 __all__ = ["whatif"]
 
@@ -42,9 +44,11 @@ def whatif(
         "--partition", help='Split a GPU type into MIG slices: "A100-SXM4-80GB:1g.10gb".')
     ] = None,
     network_gbps: Annotated[float | None, typer.Option(
-        "--network-gbps", help="Node network (Gbit/s) of added groups.")] = None,
+        "--network-gbps", min=0.001, max=1e6, callback=finite_option,
+        help="Node network (Gbit/s) of added groups.")] = None,
     global_batch: Annotated[int | None, typer.Option(
-        "--global-batch", help="Sequences per iteration (default: the model file's).")] = None,
+        "--global-batch", min=1, max=MAX_GLOBAL_BATCH,
+        help="Sequences per iteration (default: the model file's).")] = None,
     objective: Annotated[str, typer.Option(
         "--objective", help="throughput | cost")] = "throughput",
     framework: FrameworkOption = None,

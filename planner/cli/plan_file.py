@@ -18,14 +18,14 @@ __all__ = ["at_seq_len", "is_plan_file", "load_checked", "refuse_infeasible"]
 
 def is_plan_file(path: str) -> bool:
     """Whether `path` is a JSON file holding a plan (not, say, a HuggingFace config.json)."""
-    import json
+    from planner.errors import SpecError
+    from planner.input_files import load_json
 
     if not path.endswith(".json"):
         return False
     try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-    except (OSError, ValueError, RecursionError):
+        data = load_json(path, path, what="plan", finite=False)
+    except SpecError:
         return False
     return isinstance(data, dict) and "pipelines" in data
 

@@ -5,16 +5,14 @@ Every user mistake becomes a SpecError naming the file and field, never a traceb
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
-
-import yaml
 
 from planner.errors import SpecError
 from planner.graph.hf_config import from_hf_config, hf_max_positions, looks_like_hf_config
 from planner.graph.seq_len import Notice, check_seq_len, choose_seq_len, print_notice
 from planner.graph.spec import ModelSpec
+from planner.input_files import load_json, load_yaml_mapping
 
 __all__ = ["MODELS_DIR", "load_model_spec", "zoo_names"]
 
@@ -46,26 +44,10 @@ def _resolve(path_or_name: str | Path) -> Path:
 
 def _parse(path: Path) -> Any:
     where = str(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SpecError(where, None, f"cannot read the file ({exc.__class__.__name__})") from None
-    if not text.strip():
-        raise SpecError(where, None, "the file is empty; expected model fields "
-                        "(name, architecture, hidden_size, ...)")
     if path.suffix == ".json":
-        try:
-            return json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise SpecError(where, None, f"not valid JSON: {exc.msg} at line {exc.lineno}, "
-                            f"column {exc.colno}") from None
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or "syntax error"
-        raise SpecError(where, None, f"not valid YAML: {problem}{at}") from None
+        return load_json(path, where, what="model")
+    return load_yaml_mapping(path, where, what="model",
+                             example="configs/models/llama3-8b.yaml")
 
 
 def _hf_default_name(path: Path, data: dict[str, Any]) -> str:
