@@ -26,8 +26,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from cost_models.catalog import get_gpu
 from cost_models.mig import mig_profiles, split_mig_name
 from planner.cluster.model import Cluster, NodeGroup
-from planner.cluster.yaml_io import read_yaml_mapping
 from planner.errors import SpecError
+from planner.input_files import load_yaml_mapping
 
 __all__ = [
     "CLUSTERS_DIR",
@@ -274,10 +274,10 @@ def load_cluster(path_or_name: str | Path) -> Cluster:
     """A cluster from a YAML file, or a bare name under planner/configs/clusters/ (`lab-mixed`)."""
     path = _resolve(path_or_name)
     where = str(path_or_name) if path.exists() else str(path)
-    if not path.is_file():
+    if not path.exists():
         names = ", ".join(bundled_clusters()) or "none"
         raise SpecError(where, None, f"no such cluster file; give a path or a bundled name "
                         f"({names})")
-    data = read_yaml_mapping(path, where, what="cluster",
+    data = load_yaml_mapping(path, where, what="cluster",
                              example="planner/configs/clusters/lab-mixed.yaml")
     return cluster_from_dict(data, where)
