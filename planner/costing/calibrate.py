@@ -25,6 +25,7 @@ from cost_models.efficiency import set_calibration
 from planner.errors import HetplanError
 from planner.input_files import (
     MAX_JSON_BYTES,
+    clip,
     load_yaml_mapping,
     parse_json_text,
     read_text,
@@ -204,8 +205,8 @@ def load_calibration(path: Path) -> dict[str, float]:
     for name, value in scales.items():
         if (isinstance(value, bool) or not isinstance(value, int | float)
                 or not _LO <= value <= _HI):
-            raise HetplanError(f"--calibration {path}: gpu_efficiency_scale.{short(name)} = "
-                               f"{short(value)}; "
-                               f"use a number in [{_LO}, {_HI}]")
+            raise HetplanError(f"--calibration {path}: gpu_efficiency_scale."
+                               f"{clip(str(name), 40)} = {short(value)}; use a number in "
+                               f"[{_LO}, {_HI}]")
         out[str(name)] = float(value)
     return out
