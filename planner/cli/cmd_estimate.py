@@ -24,7 +24,7 @@ from planner.cli.options import (
     load_profiles,
     use_calibration,
 )
-from planner.cli.output import console, print_json
+from planner.cli.output import console, print_json, wide_console
 from planner.cli.plan_file import is_plan_file, load_checked
 from planner.errors import HetplanError
 
@@ -62,16 +62,26 @@ def _from_flags(model_arg: str, cluster_arg: str, *, tp: int, pp: int, dp: int |
     return model, cluster, plan
 
 
-def _table(est: Any, title: str) -> Table:
-    t = Table(title=title)
-    for col in ("pipe", "stage", "GPU", "TP", "layers", "fwd ms", "bwd ms", "memory GiB"):
+def _table(est: Any, title: str, plan: Any) -> Table:
+    """Per stage: time, and memory per GPU by part (GiB) adding up to the peak."""
+    from planner.report.plan_view import device_chunks, layer_ranges
+
+    t = Table(title=title, caption="GiB per GPU: weights + grads + optimizer + activations + "
+              "other (recompute transient, framework overhead) = peak, of capacity")
+    for col in ("pipe", "stage", "GPU", "TP", "layers", "fwd ms", "bwd ms", "weights",
+                "grads", "optim", "activ", "other", "peak GiB"):
         t.add_column(col, justify="right" if col not in ("GPU", "layers") else "left")
     for s in est.stages:
         mem = f"{s.peak_memory_gib:.1f} / {s.memory_capacity_gib:.0f}"
         if s.peak_memory_gib > s.memory_capacity_gib:
             mem = f"[red]{mem}[/red]"
+        m = s.memory
+        parts = ([f"{x:.2f}" for x in (m.weights_gib, m.gradients_gib, m.optimizer_gib,
+                                       m.activations_gib, m.other_gib)]
+                 if m is not None else ["-"] * 5)
         t.add_row(str(s.pipeline), str(s.stage), s.gpu, str(s.tp),
-                  f"[{s.layers[0]}, {s.layers[1]})", f"{s.fwd_ms:.2f}", f"{s.bwd_ms:.2f}", mem)
+                  layer_ranges(device_chunks(plan, s.pipeline, s.stage)), f"{s.fwd_ms:.2f}",
+                  f"{s.bwd_ms:.2f}", *parts, mem)
     return t
 
 
@@ -169,7 +179,9 @@ def estimate(
 
 
 def _print(est: Any, title: str, plan: Any, capacity_factor: float) -> None:
-    console.print(_table(est, title))
+    from planner.report.plan_view import schedule_label
+
+    wide_console(150).print(_table(est, f"{title}, {schedule_label(plan)}", plan))
     price = ("" if est.usd_per_hour is None else
              f", ${est.usd_per_hour:.2f}/h, ${est.usd_per_million_tokens:.3f} per 1M tokens")
     console.print(f"iteration {est.iteration_time_s:.4f} s, {est.tokens_per_s:,.0f} tokens/s, "
