@@ -109,3 +109,12 @@ def test_compare_infeasible_cluster_is_a_row(capsys) -> None:
     # 70 B parameters × 16 B of model state do not fit in 16 T4 × 16 GiB.
     assert row["feasible"] is False and "GiB" in row["problem"]
     assert row["tokens_per_s"] is None and row["gpus_available"] == {"T4": 16}
+
+
+def test_compare_notes_infeasible_clusters_in_table_and_plot(tmp_path, capsys) -> None:
+    svg = tmp_path / "p.svg"
+    code, out, err = _run(["compare", "llama3-70b", "amp-t4", "--global-batch", "64", "--plot",
+                           str(svg)], capsys)
+    assert code == 0, err
+    assert "no feasible plan" in out and "amp-t4" in out
+    assert "no feasible plan: amp-t4" in svg.read_text()
