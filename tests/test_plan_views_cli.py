@@ -56,6 +56,24 @@ def test_interleaved_chunks_shown_once_each(interleaved, capsys) -> None:
             assert " | " in pipe[0]
 
 
+def test_plan_tables_use_the_same_notation(interleaved) -> None:
+    """`plan`'s stage table and shape line (the search seldom picks interleaving for tiny, so
+    they are drawn here from an interleaved plan and its estimate)."""
+    from rich.console import Console
+
+    from planner.cli.cmd_plan import _shape, _stage_table, _summary
+    from planner.costing import estimate
+
+    plan, _ = interleaved
+    est = estimate(None, None, plan)
+    console = Console(width=200, record=True)
+    console.print(_stage_table(plan, est, "t"))
+    table = console.export_text()
+    assert "L0–1 | L3" in table and "L2 | L4–5" in table
+    assert _shape(plan) == "T4×1 L0–1 | L3 → T4×1 L2 | L4–5 × 2"
+    assert "interleaved (2 virtual stages)" in _summary(plan, est)
+
+
 def test_memory_parts_add_up_and_follow_zero(capsys) -> None:
     """16 B per parameter of model state (ZeRO, Rajbhandari et al. SC'20 §3.1): bf16 weights
     2 B, gradients 2 B, optimizer 12 B, the optimizer part split over DP under ZeRO-1."""
