@@ -70,7 +70,7 @@ def test_plan_tables_use_the_same_notation(interleaved) -> None:
     console.print(_stage_table(plan, est, "t"))
     table = console.export_text()
     assert "L0–1 | L3" in table and "L2 | L4–5" in table
-    assert _shape(plan) == "T4×1 L0–1 | L3 → T4×1 L2 | L4–5 × 2"
+    assert _shape(plan) == "2 pipelines: T4×1 L0–1 | L3 → T4×1 L2 | L4–5"
     assert "interleaved (2 virtual stages)" in _summary(plan, est)
 
 

@@ -99,11 +99,12 @@ def _summary(plan: Any, est: Any) -> str:
 
 
 def _shape(plan: Any) -> str:
-    """One line per distinct pipeline shape: stages (GPU×TP layers) × replicas."""
+    """One part per distinct pipeline shape: `2 pipelines: A100-SXM4-80GB×4 L0–9 → ...`
+    (GPU type × TP degree, then its layers)."""
     from planner.report.plan_view import stage_layout
 
     shapes = Counter(stage_layout(plan, p) for p in range(len(plan.pipelines)))
-    return "; ".join(f"{k} × {v}" for k, v in shapes.items())
+    return "; ".join(f"{v} pipeline{'s' if v > 1 else ''}: {k}" for k, v in shapes.items())
 
 
 @app.command()
@@ -164,14 +165,15 @@ def plan(
     console.print(_summary(best, est))
     if len(result.candidates) > 1:
         alt = Table(title="alternatives")
-        for col in ("#", "iteration s", "tokens/s", "MFU %", "$/h", "$/1M tok", "shape"):
+        for col in ("#", "µbatch", "iteration s", "tokens/s", "MFU %", "$/h", "$/1M tok",
+                    "shape"):
             alt.add_column(col, justify="left" if col == "shape" else "right")
         twins = placement_twins(result.candidates)
         for k, (p, e) in enumerate(zip(result.candidates, result.estimates, strict=True)):
             shape = (_shape(p) if twins[k] is None
                      else placement_note(result.candidates, k, twins[k]))
-            alt.add_row(str(k + 1), f"{e.iteration_time_s:.4f}", f"{e.tokens_per_s:,.0f}",
-                        f"{100 * e.mfu:.1f}",
+            alt.add_row(str(k + 1), str(p.micro_batch_size), f"{e.iteration_time_s:.4f}",
+                        f"{e.tokens_per_s:,.0f}", f"{100 * e.mfu:.1f}",
                         "-" if e.usd_per_hour is None else f"{e.usd_per_hour:.2f}",
                         "-" if e.usd_per_million_tokens is None
                         else f"{e.usd_per_million_tokens:.3f}", shape)
