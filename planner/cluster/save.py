@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from planner.errors import HetplanError
+from planner.outfile import write_output
 
 __all__ = ["cluster_yaml", "write_cluster_yaml"]
 
@@ -25,11 +25,8 @@ def cluster_yaml(spec: dict[str, Any], comment: str = "") -> str:
     return head + yaml.safe_dump(spec, sort_keys=False, allow_unicode=True, width=100)
 
 
-def write_cluster_yaml(spec: dict[str, Any], path: str | Path, comment: str = "") -> Path:
-    """Write `spec` to `path`; one HetplanError line when the file cannot be written."""
-    p = Path(path)
-    try:
-        p.write_text(cluster_yaml(spec, comment), encoding="utf-8")
-    except OSError as exc:
-        raise HetplanError(f"{p}: cannot write the cluster file ({exc.strerror})") from None
-    return p
+def write_cluster_yaml(spec: dict[str, Any], path: str | Path, comment: str = "",
+                       flag: str | None = None) -> Path:
+    """Write `spec` to `path` all or nothing (`planner.outfile`); one HetplanError line when
+    the file cannot be written."""
+    return write_output(path, cluster_yaml(spec, comment), flag)
