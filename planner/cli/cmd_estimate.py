@@ -3,9 +3,9 @@
     hetplan estimate MODEL CLUSTER --tp 4 --pp 2 --dp 2 --micro-batch 2 --global-batch 64
     hetplan estimate PLAN.json [--json]
 
-With flags, ranks follow Megatron's order over the cluster file's nodes (TP fastest, then DP,
-then PP). Prints iteration time, throughput, MFU, cost and per-stage time and memory. Exit status 3
-when the plan does not fit its GPUs (the numbers are printed), 2 for a bad input.
+With flags, ranks follow Megatron's order over the cluster file's nodes (TP fastest, then CP,
+then DP, then PP). Prints iteration time, throughput, MFU, cost and per-stage time and memory.
+Exit status 3 when the plan does not fit its GPUs (the numbers are printed), 2 for a bad input.
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ def _from_flags(model_arg: str, cluster_arg: str, *, tp: int, pp: int, dp: int |
 
     model = load_model(model_arg)
     cluster = load_cluster(cluster_arg)
-    dp = dp or max(1, cluster.world_size // (tp * pp))
+    dp = dp or max(1, cluster.world_size // (tp * pp * plan_opts.get("cp", 1)))
     gbs = global_batch or (model.spec.training.global_batch_size
                            if model.spec is not None else None)
     if gbs is None:
@@ -64,14 +64,20 @@ def _from_flags(model_arg: str, cluster_arg: str, *, tp: int, pp: int, dp: int |
 
 def _table(est: Any, title: str) -> Table:
     t = Table(title=title)
-    for col in ("pipe", "stage", "GPU", "TP", "layers", "fwd ms", "bwd ms", "memory GiB"):
+    # Context parallelism's columns appear when a stage uses it (its point is the memory).
+    cp = any(s.cp > 1 for s in est.stages)
+    cols = ("pipe", "stage", "GPU", "TP", *(("CP",) if cp else ()), "layers", "fwd ms",
+            "bwd ms", *(("activations GiB",) if cp else ()), "memory GiB")
+    for col in cols:
         t.add_column(col, justify="right" if col not in ("GPU", "layers") else "left")
     for s in est.stages:
         mem = f"{s.peak_memory_gib:.1f} / {s.memory_capacity_gib:.0f}"
         if s.peak_memory_gib > s.memory_capacity_gib:
             mem = f"[red]{mem}[/red]"
         t.add_row(str(s.pipeline), str(s.stage), s.gpu, str(s.tp),
-                  f"[{s.layers[0]}, {s.layers[1]})", f"{s.fwd_ms:.2f}", f"{s.bwd_ms:.2f}", mem)
+                  *((str(s.cp),) if cp else ()), f"[{s.layers[0]}, {s.layers[1]})",
+                  f"{s.fwd_ms:.2f}", f"{s.bwd_ms:.2f}",
+                  *((f"{s.activation_gib:.1f}",) if cp else ()), mem)
     return t
 
 
@@ -103,6 +109,9 @@ def estimate(
     ep: Annotated[int, typer.Option("--ep", help="Expert parallelism (mixture-of-experts "
                                     "models): experts split over groups of ep DP replicas.")
                   ] = 1,
+    cp: Annotated[int, typer.Option("--cp", help="Context parallelism: each sequence split "
+                                    "over cp GPUs (zig-zag chunks, K/V ring in attention); "
+                                    "uses tp·cp·pp·dp GPUs.")] = 1,
     capacity_factor: Annotated[float, typer.Option(
         "--capacity-factor", help="MoE: the busiest expert's load over the balanced one.")
     ] = DEFAULT_CAPACITY_FACTOR,
@@ -151,7 +160,8 @@ def estimate(
             model_or_plan, cluster, tp=tp, pp=pp, dp=dp, global_batch=global_batch,
             layers_per_stage=layers_per_stage, micro_batch=micro_batch, recompute=recompute,
             sequence_parallel=sequence_parallel, schedule=schedule,
-            virtual_stages=virtual_stages, zero1=zero_stage >= 1, zero=zero_stage, ep=ep)
+            virtual_stages=virtual_stages, zero1=zero_stage >= 1, zero=zero_stage, ep=ep,
+            cp=cp)
         est = run_estimate(model, cl, plan, profiles=profiles,
                            framework=framework_named(framework),
                            capacity_factor=capacity_factor)

@@ -28,6 +28,11 @@ class StageEstimate:
     optimizer_gib: float = 0.0
     """Optimizer state per GPU (fp32 master weights and Adam moments) after ZeRO sharding:
     part of `peak_memory_gib`."""
+    activation_gib: float = 0.0
+    """Activations of the in-flight micro-batches per GPU at the peak: part of
+    `peak_memory_gib` (context parallelism divides it by cp)."""
+    cp: int = 1
+    """Context-parallel degree (the sequence split over cp GPUs)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -40,6 +45,8 @@ class StageEstimate:
             "bwd_ms": round(self.bwd_ms, 6),
             "peak_memory_gib": round(self.peak_memory_gib, 6),
             "memory_capacity_gib": round(self.memory_capacity_gib, 6),
+            "activation_gib": round(self.activation_gib, 6),
+            **({"cp": self.cp} if self.cp > 1 else {}),
         }
 
 
