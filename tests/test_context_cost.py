@@ -154,3 +154,15 @@ def test_cp_plan_rules() -> None:
     with pytest.raises(HetplanError, match="2 × cp = 8"):
         megatron_plan(_llama(36), load_cluster("dgx-a100"), tp=1, pp=1, dp=1, cp=4,
                       micro_batch=1, global_batch=1)
+
+
+def test_export_names_the_cp_degree() -> None:
+    from planner.export import export_plan
+
+    model = _llama(64)
+    cl = load_cluster("dgx-a100")
+    plan = megatron_plan(model, cl, tp=2, pp=2, dp=2, cp=2, micro_batch=1, global_batch=4)
+    plan = plan.model_copy(update={"model": model.spec.to_dict(), "cluster": dict(cl.spec)})
+    text = export_plan(plan, "megatron")
+    assert "--context-parallel-size 2" in text and "DP 2" in text
+    assert "context_parallel_degree = 2" in export_plan(plan, "torchtitan")
