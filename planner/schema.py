@@ -50,7 +50,7 @@ class Stage(_Frozen):
     """Expert parallelism (mixture-of-experts models): this stage's routed experts are split
     over the same stage of `ep` consecutive pipelines (pipelines [k·ep, (k+1)·ep)), which
     exchange tokens by all-to-all. None (written for dense plans) means 1."""
-    cp: int | None = Field(default=None, ge=1)
+    cp: int | None = Field(default=None, ge=1, le=MAX_DEGREE)
     """Context parallelism: the sequence of each sample is split over the same stage of `cp`
     consecutive pipelines (pipelines [k·cp, (k+1)·cp), a cp-block), which run the same samples,
     each on 2 of 2·cp sequence chunks (zig-zag: chunks i and 2·cp-1-i, so causal attention

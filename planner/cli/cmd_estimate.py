@@ -116,9 +116,10 @@ def estimate(
         help="Expert parallelism (mixture-of-experts "
                                     "models): experts split over groups of ep DP replicas.")
                   ] = 1,
-    cp: Annotated[int, typer.Option("--cp", help="Context parallelism: each sequence split "
-                                    "over cp GPUs (zig-zag chunks, K/V ring in attention); "
-                                    "uses tp·cp·pp·dp GPUs.")] = 1,
+    cp: Annotated[int, typer.Option("--cp", min=1, max=MAX_DEGREE,
+                                    help="Context parallelism: each sequence split over cp "
+                                    "GPUs (zig-zag chunks, K/V ring in attention); uses "
+                                    "tp·cp·pp·dp GPUs.")] = 1,
     capacity_factor: Annotated[float, typer.Option(
         "--capacity-factor", callback=finite_option,
         help="MoE: the busiest expert's load over the balanced one.")
