@@ -35,7 +35,8 @@ def test_cp2_with_tp_pp_recompute_and_a_plain_replica_passes_dryrun() -> None:
     # tiny-llama (GQA, rotary) through `dryrun` (shrunk width, one-sequence micro-batches,
     # against one process): pipelines 0 and 1 are one cp-block (each half of every sequence),
     # a TP-1 stage then a TP-2 stage under full recompute; pipeline 2 is a plain
-    # data-parallel replica with whole sequences. One launch of 7 ranks.
+    # data-parallel replica with whole sequences; ZeRO-1 shards the optimizer state over the
+    # dp·cp holders of each layer. One launch of 7 ranks.
     spec = load_model_spec("tiny-llama")
     pipes = [{"microbatches": 3, "stages": [_stage(0, 2, [0], 2),
                                             _stage(2, 6, [1, 2], 2, "full")]},
@@ -44,7 +45,7 @@ def test_cp2_with_tp_pp_recompute_and_a_plain_replica_passes_dryrun() -> None:
              {"microbatches": 1, "stages": [_stage(0, 6, [6], 1)]}]
     plan = Plan.from_dict({
         "model": spec.to_dict(), "global_batch_size": 4, "micro_batch_size": 1,
-        "schedule": "1f1b", "pipelines": pipes,
+        "schedule": "1f1b", "zero1": True, "pipelines": pipes,
         "ranks": [{"rank": r, "node": "cpu", "local_rank": r} for r in range(7)]})
     res = dryrun(plan, steps=2)
     assert res.ok, res
