@@ -6,8 +6,10 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import pytest
 import torch
 
+from planner.errors import HetplanError
 from planner.graph.load_spec import load_model_spec
 from planner.runtime.context import shard_sequence, zigzag_positions
 from planner.runtime.dry_run import dryrun
@@ -53,3 +55,14 @@ def test_cp2_with_tp_pp_recompute_and_a_plain_replica_passes_dryrun() -> None:
     assert res.model["seq_len"] % 4 == 0  # 2 · cp zig-zag chunks
     # Random tokens over V classes start near ln V (both runs could agree on nonsense).
     assert abs(res.reference_losses[0] - math.log(res.model["vocab_size"])) < 0.3
+
+
+def test_dryrun_refuses_cp_with_sequence_parallel_before_any_worker() -> None:
+    spec = load_model_spec("tiny-llama")
+    pipes = [{"microbatches": 1, "stages": [_stage(0, 6, [r], 2)]} for r in range(2)]
+    plan = Plan.from_dict({
+        "model": spec.to_dict(), "global_batch_size": 1, "micro_batch_size": 1,
+        "sequence_parallel": True, "pipelines": pipes,
+        "ranks": [{"rank": r, "node": "cpu", "local_rank": r} for r in range(2)]})
+    with pytest.raises(HetplanError, match="sequence_parallel"):
+        dryrun(plan)

@@ -146,6 +146,9 @@ def dryrun(plan: Plan, *, steps: int = 3, max_ranks: int = 16,
 
     if plan.model is None:
         raise HetplanError("the plan carries no model spec; dryrun needs one")
+    if plan.sequence_parallel and any(plan.cp(p) > 1 for p in range(len(plan.pipelines))):
+        raise HetplanError("the runtime does not combine context parallelism (cp > 1) with "
+                           "sequence_parallel yet; plan with one of them")
     small, notes = shrink_plan(plan, max_ranks)
     factory, graph, info = _model_for(plan, small)
     need = dryrun_memory(small, graph)
