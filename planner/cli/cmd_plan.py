@@ -69,8 +69,9 @@ def _stage_table(plan: Any, est: Any, title: str) -> Table:
     from planner.report.plan_view import device_chunks, layer_ranges
 
     t = Table(title=title)
-    for col in ("pipelines", "µbatches", "stage", "GPU", "TP", "layers", "recompute",
-                "fwd ms", "bwd ms", "memory GiB"):
+    cp = any(st.cp for pipe in plan.pipelines for st in pipe.stages)
+    for col in ("pipelines", "µbatches", "stage", "GPU", "TP", *(("CP",) if cp else ()),
+                "layers", "recompute", "fwd ms", "bwd ms", "memory GiB"):
         t.add_column(col, justify="left" if col in ("GPU", "layers", "recompute") else "right")
     by_pipe: dict[int, list[Any]] = {}
     for s in est.stages:
@@ -78,7 +79,7 @@ def _stage_table(plan: Any, est: Any, title: str) -> Table:
     groups: dict[tuple, list[int]] = {}
     for p_idx, pipe in enumerate(plan.pipelines):
         key = (pipe.microbatches,
-               tuple((st.layers, st.gpu, st.tp, st.recompute) for st in pipe.stages))
+               tuple((st.layers, st.gpu, st.tp, st.cp, st.recompute) for st in pipe.stages))
         groups.setdefault(key, []).append(p_idx)
     for (microbatches, _), members in groups.items():
         label = str(members[0]) if len(members) == 1 else f"{len(members)}× ({members[0]}…)"
@@ -86,7 +87,7 @@ def _stage_table(plan: Any, est: Any, title: str) -> Table:
             st = plan.pipelines[s.pipeline].stages[s.stage]
             mem = f"{s.peak_memory_gib:.1f} / {s.memory_capacity_gib:.0f}"
             t.add_row(label if k == 0 else "", str(microbatches) if k == 0 else "",
-                      str(s.stage), s.gpu, str(s.tp),
+                      str(s.stage), s.gpu, str(s.tp), *((str(st.cp or 1),) if cp else ()),
                       layer_ranges(device_chunks(plan, s.pipeline, s.stage)),
                       st.recompute, f"{s.fwd_ms:.2f}", f"{s.bwd_ms:.2f}", mem)
         t.add_section()

@@ -88,11 +88,13 @@ def folded_stage_labels(plan: Plan, groups: Sequence[Sequence[int]]) -> list[str
 
 def stage_layout(plan: Plan, pipeline: int = 0) -> str:
     """A pipeline's shape on one line: `A100-SXM4-80GB×4 L0–9 → V100-SXM2-32GB×8 L10–25`
-    (× the TP degree; `ep` when experts are split; chunks as in `layer_ranges`)."""
+    (× the TP degree; `ep` when experts are split, `cp` when the sequence is; chunks as in
+    `layer_ranges`)."""
     parts = []
     for d, st in enumerate(plan.device_groups(pipeline)):
         ep = f" ep{st.ep}" if st.ep else ""
-        parts.append(f"{st.gpu}×{st.tp}{ep} {layer_ranges(device_chunks(plan, pipeline, d))}")
+        cp = f" cp{st.cp}" if st.cp else ""
+        parts.append(f"{st.gpu}×{st.tp}{ep}{cp} {layer_ranges(device_chunks(plan, pipeline, d))}")
     return " → ".join(parts)
 
 
