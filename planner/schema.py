@@ -15,6 +15,15 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from planner.errors import SpecError
+from planner.input_files import load_json
+from planner.limits import (
+    MAX_DEGREE,
+    MAX_GLOBAL_BATCH,
+    MAX_LAYERS,
+    MAX_MICROBATCHES,
+    limit_text,
+)
+from planner.outfile import write_output
 
 __all__ = ["SCHEMA", "Pipeline", "Plan", "RankInfo", "Stage"]
 
@@ -33,14 +42,20 @@ class Stage(_Frozen):
     """Half-open range [start, end) over the LayerGraph's chain."""
     gpu: str
     """Catalog name of the GPU type the stage's ranks are."""
-    tp: int = Field(ge=1)
+    tp: int = Field(ge=1, le=MAX_DEGREE)
     ranks: tuple[int, ...]
     """Global ranks of the TP group, TP-rank order; len(ranks) == tp."""
     recompute: Literal["none", "selective", "full"] = "none"
-    ep: int | None = Field(default=None, ge=1)
+    ep: int | None = Field(default=None, ge=1, le=MAX_DEGREE)
     """Expert parallelism (mixture-of-experts models): this stage's routed experts are split
     over the same stage of `ep` consecutive pipelines (pipelines [k·ep, (k+1)·ep)), which
     exchange tokens by all-to-all. None (written for dense plans) means 1."""
+    cp: int | None = Field(default=None, ge=1, le=MAX_DEGREE)
+    """Context parallelism: the sequence of each sample is split over the same stage of `cp`
+    consecutive pipelines (pipelines [k·cp, (k+1)·cp), a cp-block), which run the same samples,
+    each on 2 of 2·cp sequence chunks (zig-zag: chunks i and 2·cp-1-i, so causal attention
+    work balances), exchanging keys and values in attention. Every stage of a pipeline has
+    the same cp. None (written when 1) means 1."""
 
     @model_validator(mode="after")
     def _check(self) -> Stage:
@@ -57,8 +72,8 @@ class Stage(_Frozen):
 class Pipeline(_Frozen):
     """One data-parallel replica: a chain of stages and its share of the batch."""
 
-    microbatches: int = Field(ge=1)
-    stages: tuple[Stage, ...] = Field(min_length=1)
+    microbatches: int = Field(ge=1, le=MAX_MICROBATCHES)
+    stages: tuple[Stage, ...] = Field(min_length=1, max_length=MAX_LAYERS + 2)
 
 
 class RankInfo(_Frozen):
@@ -73,10 +88,10 @@ class Plan(_Frozen):
     schema_: Literal["hetplan.plan/v1"] = Field(default=SCHEMA, alias="schema")
     model: dict[str, Any] | None = None
     cluster: dict[str, Any] | None = None
-    global_batch_size: int = Field(ge=1)
-    micro_batch_size: int = Field(ge=1)
+    global_batch_size: int = Field(ge=1, le=MAX_GLOBAL_BATCH)
+    micro_batch_size: int = Field(ge=1, le=MAX_GLOBAL_BATCH)
     schedule: Schedule = "1f1b"
-    virtual_stages: int = Field(default=1, ge=1)
+    virtual_stages: int = Field(default=1, ge=1, le=MAX_LAYERS)
     """Model chunks per device group (interleaved schedule); stages list S × V chunks."""
     sequence_parallel: bool = False
     zero1: bool = False
@@ -85,7 +100,7 @@ class Plan(_Frozen):
     """ZeRO stage over data parallelism: 1 shards optimizer state, 2 also gradients, 3 also
     weights (FSDP: gathered layer by layer in forward and backward). `zero1: true` means at
     least 1."""
-    pipelines: tuple[Pipeline, ...] = Field(min_length=1)
+    pipelines: tuple[Pipeline, ...] = Field(min_length=1, max_length=MAX_DEGREE)
     ranks: tuple[RankInfo, ...]
     predicted: dict[str, Any] | None = None
 
@@ -110,6 +125,10 @@ class Plan(_Frozen):
         """The ZeRO stage in force (`zero`, at least 1 under `zero1`)."""
         return max(self.zero, 1 if self.zero1 else 0)
 
+    def cp(self, pipeline: int) -> int:
+        """Context-parallel degree of a pipeline (its cp-block's size)."""
+        return self.pipelines[pipeline].stages[0].cp or 1
+
     @property
     def num_layers(self) -> int:
         return self.pipelines[0].stages[-1].layers[1]
@@ -130,7 +149,7 @@ class Plan(_Frozen):
     def save(self, path: str | Path) -> None:
         if self.model is None or self.cluster is None:
             raise SpecError(str(path), None, "a plan file must embed its model and cluster specs")
-        Path(path).write_text(self.to_json())
+        write_output(path, self.to_json())
 
     @classmethod
     def from_dict(cls, data: Any, where: str = "plan") -> Plan:
@@ -142,19 +161,17 @@ class Plan(_Frozen):
             err = exc.errors()[0]
             field = ".".join(str(p) for p in err["loc"]) or None
             msg = err["msg"].removeprefix("Value error, ")
+            if err["type"] == "less_than_equal":
+                msg = (f"{err['input']} is above hetplan's limit of "
+                       f"{limit_text(err['ctx']['le'])}; check the plan file")
             raise SpecError(where, field, msg) from None
 
     @classmethod
     def load(cls, path: str | Path) -> Plan:
         p = Path(path)
-        try:
-            text = p.read_text()
-        except OSError as exc:
-            raise SpecError(str(p), None, f"cannot read plan file ({exc.strerror})") from None
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise SpecError(str(p), None, f"not JSON (line {exc.lineno}: {exc.msg})") from None
+        # `predicted` of an infeasible plan may hold Infinity: non-finite numbers are allowed
+        # here and refused by the fields that cannot take them.
+        data = load_json(p, str(p), what="plan", finite=False)
         plan = cls.from_dict(data, where=str(p))
         if plan.model is None or plan.cluster is None:
             raise SpecError(str(p), "model" if plan.model is None else "cluster",
@@ -180,7 +197,8 @@ def _check_counts(data: dict[str, Any]) -> None:
             if not isinstance(st, dict):
                 continue
             where = f"pipelines.{p}.stages.{s}"
-            found += [(f"{where}.tp", st.get("tp")), (f"{where}.ep", st.get("ep"))]
+            found += [(f"{where}.tp", st.get("tp")), (f"{where}.ep", st.get("ep")),
+                      (f"{where}.cp", st.get("cp"))]
             for key in ("layers", "ranks"):
                 items = st.get(key)
                 found += [(f"{where}.{key}.{i}", v) for i, v in
@@ -224,6 +242,39 @@ def _check_expert_groups(plan: Plan) -> None:
                                      "pipelines need identical stages and micro-batch counts")
 
 
+def _cp_shape(pipe: Pipeline) -> tuple[Any, ...]:
+    return (pipe.microbatches, tuple((st.layers, st.tp, st.cp, st.recompute)
+                                     for st in pipe.stages))
+
+
+def _check_context_groups(plan: Plan) -> None:
+    """A pipeline's stages share one cp; a cp-block's pipelines run in lockstep on the same
+    samples: identical stages (layers, TP, recompute) and micro-batch counts."""
+    n_pipes = len(plan.pipelines)
+    for p_idx, pipe in enumerate(plan.pipelines):
+        cp = pipe.stages[0].cp or 1
+        where = f"pipelines.{p_idx}"
+        for s_idx, st in enumerate(pipe.stages):
+            if (st.cp or 1) != cp:
+                raise ValueError(f"{where}.stages.{s_idx}: cp {st.cp or 1} but stage 0 has cp "
+                                 f"{cp}; every stage of a pipeline splits the sequence the "
+                                 "same way")
+            if (st.ep or 1) > 1 and cp > 1:
+                raise ValueError(f"{where}.stages.{s_idx}: ep {st.ep} with cp {cp} is not "
+                                 "supported; use ep 1 or cp 1")
+        if cp == 1:
+            continue
+        first = p_idx // cp * cp
+        if first + cp > n_pipes:
+            raise ValueError(f"{where}: cp {cp} needs pipelines {first}..{first + cp - 1} but "
+                             f"the plan has {n_pipes}; use a cp that divides the number of "
+                             "pipelines")
+        if _cp_shape(plan.pipelines[first]) != _cp_shape(pipe):
+            raise ValueError(f"{where}: cp {cp} groups it with pipeline {first}, whose stages "
+                             "or micro-batches differ; context-parallel pipelines need "
+                             "identical stages and micro-batch counts")
+
+
 def _check_structure(plan: Plan) -> None:
     """Cross-field rules; raises ValueError (pydantic turns it into a field error)."""
     n_layers = plan.num_layers
@@ -264,9 +315,12 @@ def _check_structure(plan: Plan) -> None:
             raise ValueError(f"{where}: {pipe.microbatches} micro-batches < {groups} stages; "
                              f"interleaved needs at least one micro-batch per stage")
     _check_expert_groups(plan)
-    total = sum(p.microbatches for p in plan.pipelines) * plan.micro_batch_size
+    _check_context_groups(plan)
+    # A cp-block's pipelines share their samples: each block counts once.
+    firsts = [p for i, p in enumerate(plan.pipelines) if i % (p.stages[0].cp or 1) == 0]
+    total = sum(p.microbatches for p in firsts) * plan.micro_batch_size
     if total != plan.global_batch_size:
-        mbs = " + ".join(str(p.microbatches) for p in plan.pipelines)
+        mbs = " + ".join(str(p.microbatches) for p in firsts)
         raise ValueError(f"micro-batches ({mbs}) × micro_batch_size {plan.micro_batch_size} = "
                          f"{total} ≠ global_batch_size {plan.global_batch_size}")
     table = {r.rank: r for r in plan.ranks}

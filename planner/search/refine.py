@@ -151,6 +151,12 @@ def moves(p: Plan, schedules: Sequence[str], sizes: Sequence[int],
                 if mode != st.recompute:
                     out.append(lambda m=members, s=s, mode=mode: _with_pipes(p, m,
                                                                             _set_mode(s, mode)))
+    if any((st.cp or 1) > 1 or (st.ep or 1) > 1 for pipe in p.pipelines for st in pipe.stages):
+        # cp- and ep-blocks need identical pipelines and micro-batch counts: only the moves
+        # above (applied to a whole shape) and the schedule keep them.
+        return out + [lambda other=other: _rebuild(p, schedule=other)
+                      for other in ("1f1b", "gpipe") if other in schedules
+                      and p.schedule in ("1f1b", "gpipe") and other != p.schedule]
     firsts = [m[0] for m in shapes.values()]
     pairs = [(a, b) for a in firsts for b in firsts if a != b]
     pairs += [(m[0], m[-1]) for m in shapes.values() if len(m) > 1]
