@@ -40,6 +40,12 @@ def dryrun(
     allow_infeasible: Annotated[bool, typer.Option(
         "--allow-infeasible", help="Run a plan that does not fit its GPUs' memory anyway "
         "(dryrun runs it at a tiny width).")] = False,
+    save_checkpoint: Annotated[Path | None, typer.Option(
+        "--save-checkpoint", help="Save a checkpoint into this folder after the last step "
+        "(DCP, by global name: a plan of other TP/PP/DP can resume it).")] = None,
+    resume: Annotated[Path | None, typer.Option(
+        "--resume", help="Continue from a checkpoint of the same model (any plan); the "
+        "reference trains the earlier steps itself, uninterrupted.")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
     """Run a plan on this CPU (gloo, tiny width) and check it against a one-process reference."""
@@ -52,7 +58,9 @@ def dryrun(
         refuse_infeasible(checked, "dryrun")
     try:
         res = run_dryrun(checked.plan, steps=steps, max_ranks=max_ranks, timeout_s=timeout_s,
-                         memory_gib=memory_gib)
+                         memory_gib=memory_gib,
+                         save_checkpoint=None if save_checkpoint is None else str(save_checkpoint),
+                         resume=None if resume is None else str(resume))
     except WorkerError as exc:
         typer.echo(f"error: dryrun failed: {exc}", err=True)
         raise typer.Exit(1) from None
