@@ -1,0 +1,137 @@
+"""Checkpoints that survive a change of plan, and the training entry point's data, lr schedule
+and resume.
+
+Every figure is checked against a one-process run of the whole model written out here
+(AdamW on the same batches, never interrupted), not against numbers the runtime produced.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from planner.graph.load_spec import load_model_spec
+from planner.models import build_model
+from planner.runtime.data import synthetic_batch
+from planner.runtime.data_file import TokenData
+from planner.runtime.dry_run import dryrun, tiny_spec
+from planner.runtime.lr_schedule import LrSchedule
+from planner.runtime.stage import chain_of, loss_of
+from tests.cli import run_cli
+from tests.test_runtime_plans import make_plan, stage
+
+
+def _model(name: str = "tiny") -> dict[str, Any]:
+    return load_model_spec(name).model_dump(mode="json")
+
+
+def _uninterrupted(model: Any, batches: list[tuple[torch.Tensor, torch.Tensor]],
+                   lrs: list[float]) -> list[float]:
+    """Losses of plain one-process AdamW training (the runtime's settings: weight decay 0.01)."""
+    opt = torch.optim.AdamW(model.parameters(), lr=lrs[0], weight_decay=0.01, foreach=False)
+    losses = []
+    for (x, y), lr in zip(batches, lrs, strict=True):
+        for g in opt.param_groups:
+            g["lr"] = lr
+        opt.zero_grad()
+        for m in chain_of(model):
+            x = m(x)
+        loss = loss_of(model)(x, y)
+        loss.backward()
+        opt.step()
+        losses.append(float(loss.detach()))
+    return losses
+
+
+def test_a_checkpoint_moves_across_tp_pp_dp_and_zero1(tmp_path: Path) -> None:
+    # Three plans of one model, each resuming the one before: TP 2 × PP 2 (DTensor shards,
+    # no ZeRO) -> DP 2 × TP 2 with ZeRO-1 (slices of TP shards) -> DP 2 of PP 1 and PP 2
+    # (TP 1). Every resumed step matches an uninterrupted run's loss and gradients.
+    model = _model()
+    tp_pp = make_plan([{"microbatches": 4, "stages": [stage(0, 3, [0, 1]), stage(3, 6, [2, 3])]}],
+                      model=model)
+    dp_tp_zero = make_plan([{"microbatches": 2, "stages": [stage(0, 6, [0, 1])]},
+                            {"microbatches": 2, "stages": [stage(0, 6, [2, 3])]}],
+                           model=model, zero1=True)
+    dp_pp = make_plan([{"microbatches": 1, "stages": [stage(0, 6, [0])]},
+                       {"microbatches": 3, "stages": [stage(0, 2, [1]), stage(2, 6, [2])]}],
+                      model=model)
+    ck1, ck2 = tmp_path / "a", tmp_path / "b"
+    first = dryrun(tp_pp, steps=2, save_checkpoint=str(ck1))
+    second = dryrun(dp_tp_zero, steps=2, resume=str(ck1), save_checkpoint=str(ck2))
+    third = dryrun(dp_pp, steps=2, resume=str(ck2))
+    meta = json.loads((ck2 / "step-00000004" / "hetplan-checkpoint.json").read_text())
+    assert meta["step"] == 4 and meta["samples"] == 16 and meta["history"] == [[2, 4], [2, 4]]
+    assert meta["plan"]["zero1"] is True and meta["model"] == model
+    for res in (first, second, third):
+        assert res.ok and res.params_checked == 68
+        assert res.max_grad_diff <= 1e-5
+
+    spec = tiny_spec(model, tp_pp)
+    batches = [synthetic_batch(s, 4, spec.seq_len, spec.vocab_size) for s in range(6)]
+    want = _uninterrupted(build_model(spec, device="cpu"), batches, [1e-4] * 6)
+    got = [*first.losses, *second.losses, *third.losses]
+    assert np.allclose(got, want, atol=1e-5, rtol=0)
+    assert np.allclose([*second.reference_losses, *third.reference_losses], want[2:],
+                       atol=1e-5, rtol=0)
+
+
+def test_resuming_another_model_is_one_error_line(tmp_path: Path, capsys) -> None:
+    folder = tmp_path / "ck" / "step-00000002"
+    folder.mkdir(parents=True)
+    (folder / "hetplan-checkpoint.json").write_text(json.dumps(
+        {"schema": "hetplan.checkpoint/v1", "step": 2, "model": _model("tiny-llama")}))
+    (tmp_path / "ck" / "latest").write_text("step-00000002\n")
+    plan = make_plan([{"microbatches": 2, "stages": [stage(0, 6, [0])]}], model=_model())
+    data = plan.to_dict()
+    data["cluster"] = {"name": "box", "nodes": [
+        {"name": "cpu", "count": 1, "gpu": "A100-SXM4-80GB", "gpus_per_node": 8,
+         "intra_node": "nvlink", "inter_node_gbps": 100}]}
+    data["pipelines"][0]["stages"][0]["gpu"] = "A100-SXM4-80GB"
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(data))
+    code, _, err = run_cli(["dryrun", str(path), "--resume", str(tmp_path / "ck")], capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert "holds model tiny-llama" in err and "this plan trains tiny" in err
+    code, _, err = run_cli(["dryrun", str(path), "--resume", str(tmp_path)], capsys)
+    assert code == 2 and "no hetplan checkpoint there" in err
+
+
+def test_lr_schedule_follows_the_closed_form() -> None:
+    s = LrSchedule(peak_lr=1e-3, min_lr=1e-4, warmup_steps=4, decay_steps=14)
+    assert [s.lr_at(i) for i in range(4)] == pytest.approx([2.5e-4, 5e-4, 7.5e-4, 1e-3])
+    assert s.lr_at(4) == pytest.approx(1e-3)                 # cos(0): the peak
+    assert s.lr_at(9) == pytest.approx((1e-3 + 1e-4) / 2)    # half-way: cos(π/2) = 0
+    assert s.lr_at(14) == s.lr_at(100) == pytest.approx(1e-4)
+    assert LrSchedule(peak_lr=3e-4).lr_at(7) == 3e-4
+    with pytest.raises(ValueError, match="decay steps 4 must exceed warm-up steps 4"):
+        LrSchedule(peak_lr=1e-3, min_lr=0.0, warmup_steps=4, decay_steps=4)
+
+
+def test_token_files_are_read_sequentially_across_files(tmp_path: Path) -> None:
+    stream = np.arange(1000, 1000 + 301, dtype=np.uint32)
+    (tmp_path / "d").mkdir()
+    stream[:100].tofile(tmp_path / "d" / "a.bin")   # the windows span the two files
+    stream[100:].tofile(tmp_path / "d" / "b.bin")
+    data = TokenData(tmp_path / "d", seq_len=10, dtype="uint32", seed=3)
+    assert data.windows == 30
+    x, y = data.batch(consumed=5, rows=2)
+    for row, j in enumerate((5, 6)):
+        w = (data.start + j) % 30
+        window = stream[w * 10:w * 10 + 11].astype(np.int64)
+        assert x[row].tolist() == window[:-1].tolist() and y[row].tolist() == window[1:].tolist()
+    wrapped, _ = data.batch(consumed=30 + 5, rows=1)
+    assert wrapped[0].tolist() == x[0].tolist()       # the next epoch repeats the order
+    from planner.errors import HetplanError
+
+    whole = TokenData(tmp_path / "d", seq_len=300, dtype="uint32", vocab_size=1300)
+    with pytest.raises(HetplanError, match="token id 1300 is outside the model's vocabulary"):
+        whole.batch(0, 1)  # one window: the whole stream, up to id 1300
+    (tmp_path / "odd.bin").write_bytes(b"\0\0\0")
+    with pytest.raises(HetplanError, match="not a whole number of uint16 tokens"):
+        TokenData(tmp_path / "odd.bin", seq_len=4)
