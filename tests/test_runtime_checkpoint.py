@@ -135,3 +135,78 @@ def test_token_files_are_read_sequentially_across_files(tmp_path: Path) -> None:
     (tmp_path / "odd.bin").write_bytes(b"\0\0\0")
     with pytest.raises(HetplanError, match="not a whole number of uint16 tokens"):
         TokenData(tmp_path / "odd.bin", seq_len=4)
+
+
+def _train_worker(rank: int, world: int, store_dir: str, plan_dict: dict,
+                  kwargs: dict[str, Any]) -> list[float]:
+    from planner.runtime.local import init_world
+    from planner.runtime.training import train
+    from planner.schema import Plan
+
+    init_world(store_dir, "train", rank, world)
+    data = TokenData(**kwargs.pop("data"))
+    return list(train(Plan.from_dict(plan_dict), data_loader=data, log=None, **kwargs).losses)
+
+
+def test_train_on_a_token_file_with_a_schedule_saves_and_resumes(tmp_path: Path) -> None:
+    # The runtime's own training loop (what `python -m planner.runtime` runs): token file,
+    # warm-up + cosine lr, a checkpoint every 2 steps; PP 2 trains 3 steps, DP 2 resumes the
+    # step-2 checkpoint for steps 3 and 4. Both follow one uninterrupted run.
+    from planner.runtime.local import run_local
+
+    spec = load_model_spec("tiny")
+    tokens = np.random.default_rng(7).integers(0, spec.vocab_size, 3000).astype(np.uint16)
+    tokens.tofile(tmp_path / "train.bin")
+    data = {"path": str(tmp_path / "train.bin"), "seq_len": spec.seq_len,
+            "vocab_size": spec.vocab_size, "seed": 5}
+    schedule = LrSchedule(peak_lr=1e-3, min_lr=1e-4, warmup_steps=1, decay_steps=4)
+    model = spec.model_dump(mode="json")
+    pp = make_plan([{"microbatches": 2, "stages": [stage(0, 3, [0]), stage(3, 6, [1])]}],
+                   model=model)
+    dp = make_plan([{"microbatches": 1, "stages": [stage(0, 6, [0])]},
+                    {"microbatches": 1, "stages": [stage(0, 6, [1])]}], model=model)
+    ck = tmp_path / "ck"
+    first = run_local(_train_worker, 2, pp.to_dict(), {
+        "steps": 3, "data": dict(data), "lr": 1e-3, "lr_schedule": schedule,
+        "save_checkpoint": str(ck), "save_every": 2})[0]
+    assert sorted(p.name for p in ck.iterdir()) == ["latest", "step-00000002", "step-00000003"]
+    assert (ck / "latest").read_text().strip() == "step-00000003"
+    second = run_local(_train_worker, 2, dp.to_dict(), {
+        "steps": 2, "data": dict(data), "lr": 1e-3, "lr_schedule": schedule,
+        "resume": str(ck / "step-00000002")})[0]
+
+    source = TokenData(**data)
+    batches = [source.batch(2 * s, 2) for s in range(4)]
+    want = _uninterrupted(build_model(spec, device="cpu"), batches,
+                          [schedule.lr_at(s) for s in range(4)])
+    assert np.allclose(first, want[:3], atol=1e-5, rtol=0)
+    assert np.allclose(second, want[2:], atol=1e-5, rtol=0)
+
+
+def test_entry_point_and_launch_pass_the_training_flags(tmp_path: Path, capsys) -> None:
+    from planner.runtime.__main__ import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(["plan.json", "--save-every", "2"])
+    assert exc.value.code == 2 and "--save-every N needs" in capsys.readouterr().err
+    plan = make_plan([{"microbatches": 2, "stages": [stage(0, 6, [0])]}], model=_model())
+    data = plan.to_dict()
+    data["cluster"] = {"name": "box", "nodes": [
+        {"name": "cpu", "count": 1, "gpu": "A100-SXM4-80GB", "gpus_per_node": 8,
+         "intra_node": "nvlink", "inter_node_gbps": 100}]}
+    data["pipelines"][0]["stages"][0]["gpu"] = "A100-SXM4-80GB"
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(data))
+    code, _, err = run_cli(["launch", str(path), "--out-dir", str(tmp_path / "l"), "--data",
+                            "/data/my tokens.bin", "--lr", "3e-4", "--min-lr", "3e-5",
+                            "--warmup-steps", "10", "--save-checkpoint", "/ck",
+                            "--save-every", "50", "--resume", "/ck"], capsys)
+    assert code == 0, err
+    script = (tmp_path / "l" / "cpu.sh").read_text()
+    for line in ("--data '/data/my tokens.bin'", "--data-dtype uint16", "--lr 0.0003",
+                 "--min-lr 3e-05", "--warmup-steps 10", "--save-checkpoint /ck",
+                 "--save-every 50", "--resume /ck"):
+        assert f"  {line}" in script
+    code, _, err = run_cli(["launch", str(path), "--out-dir", str(tmp_path / "m"),
+                            "--save-every", "5"], capsys)
+    assert code == 2 and "--save-every needs --save-checkpoint" in err

@@ -218,11 +218,11 @@ def train(plan: Plan, *, steps: int, model_factory: Callable[[], Any] | None = N
             raise HetplanError(f"batch has {inputs.shape[0]} rows, the plan's global batch is "
                                f"{plan.global_batch_size}")
         tokens = inputs.numel()
-        start = time.perf_counter()
+        t0 = time.perf_counter()
         losses.append(runner.train_step(inputs, labels))
         if device.type == "cuda":
             torch.cuda.synchronize()
-        times.append(time.perf_counter() - start)
+        times.append(time.perf_counter() - t0)
         consumed += inputs.shape[0]
         if log is not None and dist.get_rank() == 0:
             rate = "" if lr_schedule is None else f"  lr {lr_schedule.lr_at(step):.3g}"
