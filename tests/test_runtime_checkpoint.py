@@ -100,6 +100,11 @@ def test_resuming_another_model_is_one_error_line(tmp_path: Path, capsys) -> Non
     assert "holds model tiny-llama" in err and "this plan trains tiny" in err
     code, _, err = run_cli(["dryrun", str(path), "--resume", str(tmp_path)], capsys)
     assert code == 2 and "no hetplan checkpoint there" in err
+    # The plan's model, but saved by a training run at full size: dryrun runs a tiny width.
+    (folder / "hetplan-checkpoint.json").write_text(json.dumps(
+        {"schema": "hetplan.checkpoint/v1", "step": 2, "model": _model(), "runs": None}))
+    code, _, err = run_cli(["dryrun", str(path), "--resume", str(folder)], capsys)
+    assert code == 2 and "resumes only checkpoints that dryrun saved" in err
 
 
 def test_lr_schedule_follows_the_closed_form() -> None:

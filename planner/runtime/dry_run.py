@@ -151,6 +151,10 @@ def dryrun(plan: Plan, *, steps: int = 3, max_ranks: int = 16,
 
         meta = read_meta(resume)
         check_model(meta, plan.model)
+        if not meta.get("runs") and not is_module_model(plan.model):
+            raise HetplanError(f"--resume {meta['folder']}: saved by a training run at the "
+                               "model's full size; dryrun runs a tiny width, so it resumes "
+                               "only checkpoints that dryrun saved")
     factory, graph, info = _model_for(plan, small, meta)
     ran_spec = info.pop("spec", None)
     need = dryrun_memory(small, graph)

@@ -199,6 +199,10 @@ def train(plan: Plan, *, steps: int, model_factory: Callable[[], Any] | None = N
     if resume is not None:
         meta = read_meta(resume)
         check_model(meta, plan.model)
+        if meta.get("runs"):
+            raise HetplanError(f"--resume {meta['folder']}: saved by `hetplan dryrun` at a tiny "
+                               "width, not the model's size; resume a checkpoint of a training "
+                               "run")
         load_checkpoint(runner, meta)
         start, consumed, history = meta["step"], meta["samples"], meta["history"]
         if log is not None and dist.get_rank() == 0:
