@@ -86,7 +86,8 @@ def dryrun(
         table = Table(title=f"dryrun of {plan_file}")
         for col in ("step", "loss", "reference loss", "difference"):
             table.add_column(col, justify="right")
-        for i, (a, b) in enumerate(zip(res.losses, res.reference_losses, strict=True), 1):
+        for i, (a, b) in enumerate(zip(res.losses, res.reference_losses, strict=True),
+                                   res.first_step + 1):
             table.add_row(str(i), f"{a:.6f}", f"{b:.6f}", f"{abs(a - b):.2e}")
         console.print(table)
         verdict = "[green]ok[/green]" if res.ok else "[red]MISMATCH[/red]"

@@ -46,6 +46,8 @@ class DryrunResult:
     wall_s: float
     model: dict[str, int]
     notes: tuple[str, ...] = field(default_factory=tuple)
+    first_step: int = 0
+    """Steps done before this run (a resumed checkpoint's step); losses are of the next ones."""
 
     def to_dict(self) -> dict[str, Any]:
         return {"ok": self.ok, "max_grad_diff": self.max_grad_diff,
@@ -53,7 +55,8 @@ class DryrunResult:
                 "max_loss_diff": self.max_loss_diff, "losses": list(self.losses),
                 "reference_losses": list(self.reference_losses), "ranks": self.ranks,
                 "params_checked": self.params_checked, "tolerance": TOLERANCE,
-                "wall_s": round(self.wall_s, 3), "model": self.model, "notes": list(self.notes)}
+                "wall_s": round(self.wall_s, 3), "model": self.model, "notes": list(self.notes),
+                "first_step": self.first_step}
 
 
 def tiny_spec(model: dict[str, Any], plan: Plan) -> ModelSpec:
@@ -191,7 +194,7 @@ def dryrun(plan: Plan, *, steps: int = 3, max_ranks: int = 16,
         max_grad_diff=res.max_grad_diff, max_loss_diff=res.max_loss_diff,
         losses=tuple(res.loss), reference_losses=tuple(res.reference_loss),
         ranks=len(small.ranks), params_checked=res.num_params_checked, wall_s=wall,
-        model=info, notes=tuple(notes))
+        model=info, notes=tuple(notes), first_step=0 if meta is None else int(meta["step"]))
 
 
 def _model_for(plan: Plan, small: Plan,
