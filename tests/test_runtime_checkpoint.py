@@ -63,13 +63,15 @@ def _uninterrupted(model: Any, batches: list[tuple[torch.Tensor, torch.Tensor]],
 
 def test_a_checkpoint_moves_across_tp_pp_dp_and_zero1(tmp_path: Path, capsys) -> None:
     # Three plans of one model, each resuming the one before: TP 2 × PP 2 (DTensor shards,
-    # no ZeRO) -> DP 2 × TP 2 with ZeRO-1 (slices of TP shards) -> DP 2 of PP 1 and PP 2
-    # (TP 1). Every resumed step matches an uninterrupted run's loss and gradients.
+    # no ZeRO) -> DP 2 of TP 2 and TP 2 -> 1 with ZeRO-1 -> DP 2 of PP 1 and PP 2 (TP 1).
+    # Every resumed step matches an uninterrupted run's loss and gradients.
     model = _model()
     tp_pp = make_plan([{"microbatches": 4, "stages": [stage(0, 3, [0, 1]), stage(3, 6, [2, 3])]}],
                       model=model)
+    # ZeRO-1 both ways: layers 0..2 are held at TP 2 by both pipelines (slices of TP shards),
+    # layers 3..5 at TP 2 and TP 1 (slices of the whole tensor, DTensors on ranks 0 and 1).
     dp_tp_zero = make_plan([{"microbatches": 2, "stages": [stage(0, 6, [0, 1])]},
-                            {"microbatches": 2, "stages": [stage(0, 6, [2, 3])]}],
+                            {"microbatches": 2, "stages": [stage(0, 3, [2, 3]), stage(3, 6, [4])]}],
                            model=model, zero1=True)
     dp_pp = make_plan([{"microbatches": 1, "stages": [stage(0, 6, [0])]},
                        {"microbatches": 3, "stages": [stage(0, 2, [1]), stage(2, 6, [2])]}],
