@@ -206,8 +206,8 @@ def read_profile_csv(path: str | Path) -> list[ProfileRow]:
             times = (r.fwd_ms, r.bwd_ms, 0.0 if r.update_ms is None else r.update_ms)
             if (r.micro_batch < 1 or r.tp < 1 or r.hidden_size < 1 or r.seq_len < 1
                     or not all(math.isfinite(t) and t >= 0 for t in times)):
-                raise ValueError(f"{p}: line {line}: micro_batch, tp, hidden_size and seq_len "
-                                 "must be >= 1 and times finite and >= 0")
+                raise ValueError(f"{p}: line {line}: micro_batch and tp (and hidden_size, "
+                                 "seq_len) must be >= 1 and times finite and >= 0")
     return rows
 
 

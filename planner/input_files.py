@@ -83,12 +83,13 @@ def read_text(path: str | Path, where: str, *, what: str, max_bytes: int) -> str
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
-        raise SpecError(where, None, f"not a text file (byte {exc.start} is not UTF-8); "
-                        f"give a {what} file") from None
+        raise SpecError(where, None, f"cannot read the {what} file: not UTF-8 text (byte "
+                        f"{exc.start}); give a {what} file") from None
     if "\x00" in text:
-        raise SpecError(where, None, f"not a text file (it holds NUL bytes); give a {what} file")
+        raise SpecError(where, None, f"cannot read the {what} file: not text (it holds NUL "
+                        f"bytes); give a {what} file")
     if not text.strip():
-        raise SpecError(where, None, f"the {what} file is empty")
+        raise SpecError(where, None, f"the file is empty; expected a {what} file")
     return text
 
 
@@ -278,5 +279,8 @@ def _refuse_non_finite(data: Any, where: str) -> None:
             raise SpecError(where, at or None, f"{item} is not a finite number; write one")
         if isinstance(item, dict | list) and id(item) not in seen:
             seen.add(id(item))
-            pairs = item.items() if isinstance(item, dict) else enumerate(item)
-            stack.extend((v, f"{at}.{k}" if at else str(k)) for k, v in reversed(list(pairs)))
+            if isinstance(item, dict):
+                steps = [(v, f"{at}.{k}" if at else str(k)) for k, v in item.items()]
+            else:
+                steps = [(v, f"{at}[{i}]") for i, v in enumerate(item)]
+            stack.extend(reversed(steps))

@@ -38,7 +38,9 @@ def _lines(err: str) -> list[str]:
 def test_config_json_defaults_to_4096_with_one_notice(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = run_cli(["inspect", QWEN_CONFIG, "--json"], capsys)
     assert code == 0, err
-    assert json.loads(out)["seq_len"] == 4096
+    data = json.loads(out)
+    assert data["seq_len"] == 4096
+    assert "seq_len 4096 by default (max_position_embeddings 131072)" in data["spec"]["source"]
     (line,) = _lines(err)
     assert line.startswith("notice:") and "seq_len 4,096" in line and "131,072" in line
     assert "--seq-len" in line

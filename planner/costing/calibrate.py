@@ -25,12 +25,12 @@ from cost_models.efficiency import set_calibration
 from planner.errors import HetplanError
 from planner.input_files import (
     MAX_JSON_BYTES,
+    clip,
     load_yaml_mapping,
     parse_json_text,
     read_text,
     short,
 )
-from planner.outfile import write_output
 
 __all__ = ["CalibrationFit", "MeasuredRun", "apply_calibration", "fit", "load_calibration",
            "load_runs", "write_calibration"]
@@ -190,7 +190,7 @@ def write_calibration(out: Path, result: CalibrationFit, source: Path) -> None:
             "fitted_on": str(source), "runs": len(result.measured_s),
             "rms_error_before_pct": round(result.rms_before_pct, 3),
             "rms_error_after_pct": round(result.rms_after_pct, 3)}
-    write_output(out, yaml.safe_dump(data, sort_keys=False))
+    out.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
 
 
 def load_calibration(path: Path) -> dict[str, float]:
@@ -205,8 +205,8 @@ def load_calibration(path: Path) -> dict[str, float]:
     for name, value in scales.items():
         if (isinstance(value, bool) or not isinstance(value, int | float)
                 or not _LO <= value <= _HI):
-            raise HetplanError(f"--calibration {path}: gpu_efficiency_scale.{short(name)} = "
-                               f"{short(value)}; "
-                               f"use a number in [{_LO}, {_HI}]")
+            raise HetplanError(f"--calibration {path}: gpu_efficiency_scale."
+                               f"{clip(str(name), 40)} = {short(value)}; use a number in "
+                               f"[{_LO}, {_HI}]")
         out[str(name)] = float(value)
     return out

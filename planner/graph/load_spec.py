@@ -77,8 +77,12 @@ def load_model_spec(path_or_name: str | Path, *, seq_len: int | None = None,
     line = None
     if looks_like_hf_config(data):
         fields = from_hf_config(data, where, default_name=_hf_default_name(path, data))
-        fields["seq_len"], line = choose_seq_len(hf_max_positions(data, where), seq_len,
-                                                 where=where, architecture=fields["architecture"])
+        max_positions = hf_max_positions(data, where)
+        fields["seq_len"], line = choose_seq_len(max_positions, seq_len, where=where,
+                                                 architecture=fields["architecture"])
+        if seq_len is None and line is not None:  # a plan file then says the length was ours
+            fields["source"] += (f"; seq_len {fields['seq_len']} by default "
+                                 f"(max_position_embeddings {max_positions})")
         data = fields
     else:
         data = {"name": path.stem, **data}
