@@ -13,6 +13,7 @@ import typer
 from rich.table import Table
 
 from planner.cli.main import app
+from planner.cli.options import finite_option
 from planner.cli.output import console, print_json
 from planner.cli.plan_file import load_checked, refuse_infeasible
 
@@ -44,9 +45,11 @@ def launch(
         "trains on, as the nodes see the path (default: synthetic tokens).")] = None,
     data_dtype: Annotated[str, typer.Option("--data-dtype", help="uint16 | uint32.")] = "uint16",
     lr: Annotated[float | None, typer.Option(
-        "--lr", min=0, help="Peak learning rate (runtime default 1e-4).")] = None,
+        "--lr", min=0, callback=finite_option,
+        help="Peak learning rate (runtime default 1e-4).")] = None,
     min_lr: Annotated[float | None, typer.Option(
-        "--min-lr", min=0, help="Cosine-decay the lr to this after warm-up.")] = None,
+        "--min-lr", min=0, callback=finite_option,
+        help="Cosine-decay the lr to this after warm-up.")] = None,
     warmup_steps: Annotated[int | None, typer.Option(
         "--warmup-steps", min=0, help="Linear lr warm-up steps.")] = None,
     decay_steps: Annotated[int | None, typer.Option(

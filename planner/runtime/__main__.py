@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 from typing import Any
@@ -73,6 +74,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.save_every is not None and (args.save_every < 1 or args.save_checkpoint is None):
         parser.error("--save-every N needs N >= 1 and --save-checkpoint DIR")
+    if args.steps < 1 or not math.isfinite(args.lr) or args.lr <= 0 or (
+            args.min_lr is not None and not math.isfinite(args.min_lr)):
+        parser.error("--steps must be >= 1 and --lr / --min-lr finite, --lr > 0")
     from planner.costing.plan_check import check_plan
     from planner.runtime.training import train
 
