@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
         if stats.torch_rank == 0 and args.run_log:
             from planner.runtime.run_log import append_run_log
 
-            append_run_log(args.run_log, args.plan, stats.times)
+            append_run_log(args.run_log, args.plan, stats.step_times_s)
     except HetplanError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
