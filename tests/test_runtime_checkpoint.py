@@ -20,6 +20,7 @@ from planner.models import build_model
 from planner.runtime.data import synthetic_batch
 from planner.runtime.data_file import TokenData
 from planner.runtime.dry_run import dryrun, tiny_spec
+from planner.runtime.local import WorkerError
 from planner.runtime.lr_schedule import LrSchedule
 from planner.runtime.stage import chain_of, loss_of
 from tests.cli import run_cli
@@ -99,6 +100,13 @@ def test_a_checkpoint_moves_across_tp_pp_dp_and_zero1(tmp_path: Path, capsys) ->
     assert np.allclose(got, want, atol=1e-5, rtol=0)
     assert np.allclose([*second.reference_losses, *third["reference_losses"]], want[2:],
                        atol=1e-5, rtol=0)
+
+    # A checkpoint whose data files were cut short: one line naming it, from the worker.
+    for f in (ck1 / "step-00000002").glob("*.distcp"):
+        f.write_bytes(b"")
+    with pytest.raises(WorkerError, match=r"HetplanError: --resume .*step-00000002: cannot load"):
+        dryrun(make_plan([{"microbatches": 4, "stages": [stage(0, 6, [0])]}], model=model),
+               steps=1, resume=str(ck1))
 
 
 def test_resuming_another_model_is_one_error_line(tmp_path: Path, capsys) -> None:

@@ -27,6 +27,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.tensor import DTensor, distribute_tensor
 
 from planner.errors import HetplanError
@@ -147,7 +148,11 @@ def save_checkpoint(runner: Any, root: str | Path, *, step: int, samples: int,
         for n in moments:
             t = zero_state[n][key] if runner.zero is not None else runner.optimizer.state[p][n]
             sd[f"optim.{names[key]}.{n}"] = _canon(t)
-    dcp.save(sd, checkpoint_id=str(folder))
+    try:
+        dcp.save(sd, checkpoint_id=str(folder))
+    except (Exception, CheckpointException) as exc:  # DCP's is a BaseException
+        raise HetplanError(f"--save-checkpoint {root}: cannot write {folder.name} "
+                           f"({_first_line(exc)})") from None
     if dist.get_rank() == 0:
         torch.save({"cpu": torch.get_rng_state(),
                     "cuda": torch.cuda.get_rng_state() if torch.cuda.is_available() else None},
@@ -161,6 +166,15 @@ def save_checkpoint(runner: Any, root: str | Path, *, step: int, samples: int,
         _write_atomic(Path(root) / "latest", folder.name + "\n")
     dist.barrier()
     return folder
+
+
+def _first_line(exc: BaseException) -> str:
+    """One line for a DCP failure: the first rank's own error, not DCP's wrapper."""
+    if isinstance(exc, CheckpointException) and exc.failures:
+        exc = next(iter(exc.failures.values()))
+        exc = exc[0] if isinstance(exc, tuple) else getattr(exc, "exc", exc)  # (error, frames)
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    return f"{type(exc).__name__}: {lines[0][:200]}" if lines else type(exc).__name__
 
 
 def _write_atomic(path: Path, text: str) -> None:
@@ -240,7 +254,10 @@ def load_checkpoint(runner: Any, meta: dict[str, Any]) -> None:
         dest[f"model.{names[key]}"] = like
         for n in moments:
             dest[f"optim.{names[key]}.{n}"] = torch.zeros_like(like)
-    dcp.load(dest, checkpoint_id=str(folder))
+    try:
+        dcp.load(dest, checkpoint_id=str(folder))
+    except (Exception, CheckpointException) as exc:  # missing or truncated files
+        raise HetplanError(f"--resume {folder}: cannot load it ({_first_line(exc)})") from None
     with torch.no_grad():
         for key, p in runner.params:
             s = slices.get(key)
