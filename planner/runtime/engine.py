@@ -131,6 +131,7 @@ class Runner:
         dynamic loss scaling (fp16); None for none. `max_grad_norm`: clip the global
         gradient norm to this (as torch.nn.utils.clip_grad_norm_ on the whole model)."""
         self.plan, self.rank, self.device = plan, rank, device
+        self.optimizer_name = optimizer
         self.autocast = autocast
         self.scaler = LossScaler(loss_scale) if loss_scale else None
         self.max_grad_norm = max_grad_norm
