@@ -46,10 +46,14 @@ class DryrunResult:
     wall_s: float
     model: dict[str, int]
     notes: tuple[str, ...] = field(default_factory=tuple)
+    max_param_diff: float = 0.0
+    """Worst weight difference after the last step (reported, not judged: Adam can turn a
+    rounding-level gradient difference near zero into a step of ±lr)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {"ok": self.ok, "max_grad_diff": self.max_grad_diff,
-                "loss": self.losses[-1], "reference_loss": self.reference_losses[-1],
+                "max_param_diff": self.max_param_diff, "loss": self.losses[-1],
+                "reference_loss": self.reference_losses[-1],
                 "max_loss_diff": self.max_loss_diff, "losses": list(self.losses),
                 "reference_losses": list(self.reference_losses), "ranks": self.ranks,
                 "params_checked": self.params_checked, "tolerance": TOLERANCE,
@@ -165,7 +169,7 @@ def dryrun(plan: Plan, *, steps: int = 3, max_ranks: int = 16,
         max_grad_diff=res.max_grad_diff, max_loss_diff=res.max_loss_diff,
         losses=tuple(res.loss), reference_losses=tuple(res.reference_loss),
         ranks=len(small.ranks), params_checked=res.num_params_checked, wall_s=wall,
-        model=info, notes=tuple(notes))
+        model=info, notes=tuple(notes), max_param_diff=res.max_param_diff)
 
 
 def _model_for(plan: Plan, small: Plan) -> tuple[Any, LayerGraph, dict[str, int]]:
