@@ -218,13 +218,17 @@ def _stage_row(plan: Plan, d: _Device, max_inflight: int, s_count: int,
         expert_optimizer_bytes_per_gpu=sum(c.expert_optimizer_bytes_per_gpu for c in d.costs))
     peak = stage_peak_memory_gib(merged, inflight, shard, zero, gathered, ep=d.ep,
                                  fraction=keep)
+    sharded = (2 * (stage_peak_memory_gib(merged, inflight, shard, zero, gathered, ep=d.ep,
+                                          fraction=1.0)
+                    - stage_peak_memory_gib(merged, inflight, shard, zero, gathered, ep=d.ep,
+                                            fraction=0.5)) if shard > 1 else 0.0)
     gpu = d.node.group.gpu
     stages = pipe.stages
     first, last = stages[d.chunks[0]], stages[d.chunks[-1]]
     row = StageEstimate(pipeline=d.pipeline, stage=d.index, gpu=gpu.name, tp=d.tp,
                         layers=(first.layers[0], last.layers[1]), fwd_ms=merged.fwd_s * 1e3,
                         bwd_ms=merged.bwd_s * 1e3, peak_memory_gib=peak,
-                        memory_capacity_gib=gpu.memory_gib,
+                        memory_capacity_gib=gpu.memory_gib, sharded_gib=sharded,
                         optimizer_gib=(merged.optimizer_bytes_per_gpu / shard if keep is None
                                        else merged.optimizer_bytes_per_gpu * keep) / GIB)
     problem = None

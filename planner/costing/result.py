@@ -28,6 +28,10 @@ class StageEstimate:
     optimizer_gib: float = 0.0
     """Optimizer state per GPU (fp32 master weights and Adam moments) after ZeRO sharding:
     part of `peak_memory_gib`."""
+    sharded_gib: float = 0.0
+    """The ZeRO-shardable state of one GPU of this stage at its plan's ZeRO stage, before
+    sharding: its memory is `peak_memory_gib` - (its shard fraction) × this + this × (its new
+    fraction) under another `shard_fraction` (the search's Cephalo-style split)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
