@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import bisect
 import csv
+import math
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -143,14 +144,13 @@ class ProfileSet:
         for r in rows:
             self.add(r)
 
-    def add(self, r: ProfileRow) -> None:
-        gpu = _canonical_gpu(r.gpu)
-        model = normalize_model(r.model)
-        prec = _precision_class(r.precision)
-        self._by_name.setdefault((gpu, model, r.layer_kind, r.tp, prec), _Curve()).add(r)
-        key = (gpu, r.hidden_size, r.seq_len, r.layer_kind, r.tp, prec)
-        self._by_shape.setdefault(key, _Curve()).add(r)
-        self._names.add(model)
+    def add(self, r: ProfileRow, *, by_shape: bool = True) -> None:
+        """`by_shape=False`: found by its model's name only (a newer row of the same shape
+        answers for other models)."""
+        self._by_name.setdefault(_curve_key(r), _Curve()).add(r)
+        if by_shape:
+            self._by_shape.setdefault(_shape_key(r), _Curve()).add(r)
+        self._names.add(normalize_model(r.model))
         self.rows.append(r)
 
     def __len__(self) -> int:
@@ -185,8 +185,11 @@ def read_profile_csv(path: str | Path) -> list[ProfileRow]:
         if missing:
             raise ValueError(f"{p}: missing profile columns {missing}; expected {PROFILE_COLUMNS}")
         for line, rec in enumerate(reader, start=2):
+            if None in rec.values() or None in rec:
+                raise ValueError(f"{p}: line {line}: {len(PROFILE_COLUMNS)} columns expected "
+                                 f"({', '.join(PROFILE_COLUMNS)})")
             if rec["layer_kind"] not in ("embedding", "block", "head"):
-                raise ValueError(f"{p}: line {line}: layer_kind {rec['layer_kind']!r}; use "
+                raise ValueError(f"{p}: line {line}: layer_kind {rec['layer_kind']!r:.40}; use "
                                  "embedding, block or head")
             try:
                 upd = rec["update_ms"].strip()
@@ -200,9 +203,11 @@ def read_profile_csv(path: str | Path) -> list[ProfileRow]:
             except (TypeError, ValueError) as exc:
                 raise ValueError(f"{p}: line {line}: {exc}") from None
             r = rows[-1]
-            if r.micro_batch < 1 or r.tp < 1 or min(r.fwd_ms, r.bwd_ms) < 0:
-                raise ValueError(f"{p}: line {line}: micro_batch and tp must be >= 1 and "
-                                 "times >= 0")
+            times = (r.fwd_ms, r.bwd_ms, 0.0 if r.update_ms is None else r.update_ms)
+            if (r.micro_batch < 1 or r.tp < 1 or r.hidden_size < 1 or r.seq_len < 1
+                    or not all(math.isfinite(t) and t >= 0 for t in times)):
+                raise ValueError(f"{p}: line {line}: micro_batch and tp (and hidden_size, "
+                                 "seq_len) must be >= 1 and times finite and >= 0")
     return rows
 
 
@@ -222,18 +227,37 @@ def _curve_key(r: ProfileRow) -> tuple[str, str, str, int, str]:
             _precision_class(r.precision))
 
 
+def _shape_key(r: ProfileRow) -> tuple[str, int, int, str, int, str]:
+    return (_canonical_gpu(r.gpu), r.hidden_size, r.seq_len, r.layer_kind, r.tp,
+            _precision_class(r.precision))
+
+
 def with_profile_files(paths: Iterable[str | Path], *, shipped: bool = True) -> ProfileSet:
     """The shipped profiles plus the rows of `paths` (e.g. from `hetplan profile`). A file's
     curve (GPU, model, layer kind, TP, precision) replaces the shipped one it matches: newer,
     local measurements win. `shipped=False`: the files alone."""
-    user = []
+    user: list[tuple[str, ProfileRow]] = []
     for p in paths:
         rows = read_profile_csv(p)
         for line, r in enumerate(rows, start=2):
             if _catalog_name(r.gpu) is None:
-                raise ValueError(f"{p}: line {line}: GPU {r.gpu!r} is not in the catalog, so "
-                                 "no plan would use the row (`hetplan gpus` lists the names)")
-        user.extend(rows)
-    keys = {_curve_key(r) for r in user}
-    base = [r for r in default_profiles().rows if _curve_key(r) not in keys] if shipped else []
-    return ProfileSet([*base, *user])
+                raise ValueError(f"{p}: line {line}: GPU {r.gpu!r:.40} is not in the catalog, "
+                                 "so no plan would use the row (`hetplan gpus` lists the names)")
+            user.append((f"{p}: line {line}", r))
+    keys = {_curve_key(r) for _, r in user}
+    shapes = {_shape_key(r) for _, r in user}
+    out = ProfileSet()
+    if shipped:
+        # A shipped row of the same shape as a user's row stays reachable by its own model's
+        # name; for every other model of that shape the user's measurement answers.
+        for r in default_profiles().rows:
+            if _curve_key(r) not in keys:
+                out.add(r, by_shape=_shape_key(r) not in shapes)
+    for where, r in user:
+        try:
+            out.add(r)
+        except ValueError as exc:
+            raise ValueError(f"{where}: {exc} (a second measurement of the same GPU, layer "
+                             "shape, TP, precision and micro-batch); keep one of the rows"
+                             ) from None
+    return out

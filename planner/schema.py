@@ -15,6 +15,15 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from planner.errors import SpecError
+from planner.input_files import load_json
+from planner.limits import (
+    MAX_DEGREE,
+    MAX_GLOBAL_BATCH,
+    MAX_LAYERS,
+    MAX_MICROBATCHES,
+    limit_text,
+)
+from planner.outfile import write_output
 
 __all__ = ["SCHEMA", "Pipeline", "Plan", "RankInfo", "Stage"]
 
@@ -33,11 +42,11 @@ class Stage(_Frozen):
     """Half-open range [start, end) over the LayerGraph's chain."""
     gpu: str
     """Catalog name of the GPU type the stage's ranks are."""
-    tp: int = Field(ge=1)
+    tp: int = Field(ge=1, le=MAX_DEGREE)
     ranks: tuple[int, ...]
     """Global ranks of the TP group, TP-rank order; len(ranks) == tp."""
     recompute: Literal["none", "selective", "full"] = "none"
-    ep: int | None = Field(default=None, ge=1)
+    ep: int | None = Field(default=None, ge=1, le=MAX_DEGREE)
     """Expert parallelism (mixture-of-experts models): this stage's routed experts are split
     over the same stage of `ep` consecutive pipelines (pipelines [k·ep, (k+1)·ep)), which
     exchange tokens by all-to-all. None (written for dense plans) means 1."""
@@ -57,8 +66,8 @@ class Stage(_Frozen):
 class Pipeline(_Frozen):
     """One data-parallel replica: a chain of stages and its share of the batch."""
 
-    microbatches: int = Field(ge=1)
-    stages: tuple[Stage, ...] = Field(min_length=1)
+    microbatches: int = Field(ge=1, le=MAX_MICROBATCHES)
+    stages: tuple[Stage, ...] = Field(min_length=1, max_length=MAX_LAYERS + 2)
     shard_fraction: float | None = Field(default=None, gt=0, le=1)
     """This replica's share of the ZeRO-sharded state of each layer it holds (absent: an even
     1 / pipelines). Decoupled from its batch share (`microbatches`, which follows speed): a GPU's
@@ -78,10 +87,10 @@ class Plan(_Frozen):
     schema_: Literal["hetplan.plan/v1"] = Field(default=SCHEMA, alias="schema")
     model: dict[str, Any] | None = None
     cluster: dict[str, Any] | None = None
-    global_batch_size: int = Field(ge=1)
-    micro_batch_size: int = Field(ge=1)
+    global_batch_size: int = Field(ge=1, le=MAX_GLOBAL_BATCH)
+    micro_batch_size: int = Field(ge=1, le=MAX_GLOBAL_BATCH)
     schedule: Schedule = "1f1b"
-    virtual_stages: int = Field(default=1, ge=1)
+    virtual_stages: int = Field(default=1, ge=1, le=MAX_LAYERS)
     """Model chunks per device group (interleaved schedule); stages list S × V chunks."""
     sequence_parallel: bool = False
     zero1: bool = False
@@ -90,7 +99,7 @@ class Plan(_Frozen):
     """ZeRO stage over data parallelism: 1 shards optimizer state, 2 also gradients, 3 also
     weights (FSDP: gathered layer by layer in forward and backward). `zero1: true` means at
     least 1."""
-    pipelines: tuple[Pipeline, ...] = Field(min_length=1)
+    pipelines: tuple[Pipeline, ...] = Field(min_length=1, max_length=MAX_DEGREE)
     ranks: tuple[RankInfo, ...]
     predicted: dict[str, Any] | None = None
 
@@ -142,7 +151,7 @@ class Plan(_Frozen):
     def save(self, path: str | Path) -> None:
         if self.model is None or self.cluster is None:
             raise SpecError(str(path), None, "a plan file must embed its model and cluster specs")
-        Path(path).write_text(self.to_json())
+        write_output(path, self.to_json())
 
     @classmethod
     def from_dict(cls, data: Any, where: str = "plan") -> Plan:
@@ -154,19 +163,17 @@ class Plan(_Frozen):
             err = exc.errors()[0]
             field = ".".join(str(p) for p in err["loc"]) or None
             msg = err["msg"].removeprefix("Value error, ")
+            if err["type"] == "less_than_equal":
+                msg = (f"{err['input']} is above hetplan's limit of "
+                       f"{limit_text(err['ctx']['le'])}; check the plan file")
             raise SpecError(where, field, msg) from None
 
     @classmethod
     def load(cls, path: str | Path) -> Plan:
         p = Path(path)
-        try:
-            text = p.read_text()
-        except OSError as exc:
-            raise SpecError(str(p), None, f"cannot read plan file ({exc.strerror})") from None
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise SpecError(str(p), None, f"not JSON (line {exc.lineno}: {exc.msg})") from None
+        # `predicted` of an infeasible plan may hold Infinity: non-finite numbers are allowed
+        # here and refused by the fields that cannot take them.
+        data = load_json(p, str(p), what="plan", finite=False)
         plan = cls.from_dict(data, where=str(p))
         if plan.model is None or plan.cluster is None:
             raise SpecError(str(p), "model" if plan.model is None else "cluster",

@@ -18,8 +18,10 @@ import typer
 from rich.table import Table
 
 from planner.cli.main import app
+from planner.cli.options import finite_option
 from planner.cli.output import console, print_json
 from planner.cli.plan_file import load_checked, refuse_infeasible
+from planner.cli.progress import spinner
 
 __all__ = ["dryrun"]
 
@@ -27,15 +29,19 @@ __all__ = ["dryrun"]
 @app.command()
 def dryrun(
     plan_file: Annotated[Path, typer.Argument(help="A plan JSON (from `hetplan plan -o`).")],
-    steps: Annotated[int, typer.Option("--steps", min=1, help="Training steps to compare.")] = 3,
+    steps: Annotated[int, typer.Option("--steps", min=1, max=10_000,
+        help="Training steps to compare.")] = 3,
     max_ranks: Annotated[int, typer.Option(
-        "--max-ranks", min=1, help="Most worker processes to start (larger plans shrink DP).")
+        "--max-ranks", min=1, max=1024,
+        help="Most worker processes to start (larger plans shrink DP).")
     ] = 16,
     timeout_s: Annotated[float, typer.Option(
-        "--timeout-s", min=1, help="Stop when no worker makes progress for this long "
+        "--timeout-s", min=1, callback=finite_option,
+        help="Stop when no worker makes progress for this long "
         "(a stalled or deadlocked plan).")] = 120.0,
     memory_gib: Annotated[float | None, typer.Option(
-        "--memory-gib", min=0.1, help="Host memory the workers may use (default: what is "
+        "--memory-gib", min=0.1, callback=finite_option,
+        help="Host memory the workers may use (default: what is "
         "available now); a run estimated above it is refused.")] = None,
     allow_infeasible: Annotated[bool, typer.Option(
         "--allow-infeasible", help="Run a plan that does not fit its GPUs' memory anyway "
@@ -51,8 +57,9 @@ def dryrun(
     if not allow_infeasible:
         refuse_infeasible(checked, "dryrun")
     try:
-        res = run_dryrun(checked.plan, steps=steps, max_ranks=max_ranks, timeout_s=timeout_s,
-                         memory_gib=memory_gib)
+        with spinner(f"dry run of {plan_file}", enabled=not json_out):
+            res = run_dryrun(checked.plan, steps=steps, max_ranks=max_ranks,
+                             timeout_s=timeout_s, memory_gib=memory_gib)
     except WorkerError as exc:
         typer.echo(f"error: dryrun failed: {exc}", err=True)
         raise typer.Exit(1) from None

@@ -21,12 +21,16 @@ from planner.cli.options import (
     CalibrationOption,
     FrameworkOption,
     ProfilesOption,
+    SeqLenOption,
+    finite_option,
     load_profiles,
+    parse_seq_len,
     use_calibration,
 )
 from planner.cli.output import console, print_json
 from planner.cli.plan_file import is_plan_file, load_checked
 from planner.errors import HetplanError
+from planner.limits import MAX_DEGREE, MAX_GLOBAL_BATCH, MAX_LAYERS
 
 __all__ = ["estimate"]
 
@@ -42,7 +46,7 @@ def _layers(text: str | None) -> list[int] | None:
 
 
 def _from_flags(model_arg: str, cluster_arg: str, *, tp: int, pp: int, dp: int | None,
-                global_batch: int | None, layers_per_stage: str | None,
+                global_batch: int | None, layers_per_stage: str | None, seq_len: int | None,
                 **plan_opts: Any) -> tuple[Any, Any, Any]:
     """Model, cluster and the Megatron-style plan the flags describe; `plan_opts` go to
     megatron_plan as they are (micro_batch, recompute, schedule, ...)."""
@@ -50,7 +54,7 @@ def _from_flags(model_arg: str, cluster_arg: str, *, tp: int, pp: int, dp: int |
     from planner.costing import megatron_plan
     from planner.graph import load_model
 
-    model = load_model(model_arg)
+    model = load_model(model_arg, seq_len=seq_len)
     cluster = load_cluster(cluster_arg)
     dp = dp or max(1, cluster.world_size // (tp * pp))
     gbs = global_batch or (model.spec.training.global_batch_size
@@ -81,30 +85,34 @@ def estimate(
                                                  "or a plan JSON.")],
     cluster: Annotated[str | None, typer.Argument(help="Cluster (name or YAML); with a plan "
                                                   "file: price it on this cluster.")] = None,
-    tp: Annotated[int, typer.Option("--tp", help="Tensor-parallel degree.")] = 1,
-    pp: Annotated[int, typer.Option("--pp", help="Pipeline stages.")] = 1,
-    dp: Annotated[int | None, typer.Option("--dp", help="Data-parallel degree "
-                                           "(default: all GPUs).")] = None,
-    micro_batch: Annotated[int, typer.Option("--micro-batch", help="Sequences per "
-                                             "micro-batch.")] = 1,
-    global_batch: Annotated[int | None, typer.Option("--global-batch", help="Sequences per "
-                                                     "iteration (default: the model spec's).")
-                            ] = None,
+    tp: Annotated[int, typer.Option("--tp", min=1, max=MAX_DEGREE,
+                                    help="Tensor-parallel degree.")] = 1,
+    pp: Annotated[int, typer.Option("--pp", min=1, max=MAX_DEGREE, help="Pipeline stages.")] = 1,
+    dp: Annotated[int | None, typer.Option("--dp", min=1, max=MAX_DEGREE,
+                                           help="Data-parallel degree (default: all GPUs).")
+                  ] = None,
+    micro_batch: Annotated[int, typer.Option("--micro-batch", min=1, max=MAX_GLOBAL_BATCH,
+                                             help="Sequences per micro-batch.")] = 1,
+    global_batch: Annotated[int | None, typer.Option(
+        "--global-batch", min=1, max=MAX_GLOBAL_BATCH,
+        help="Sequences per iteration (default: the model spec's).")] = None,
     recompute: Annotated[str, typer.Option("--recompute", help="none | selective | full.")
                          ] = "none",
     sequence_parallel: Annotated[bool, typer.Option("--sequence-parallel")] = False,
     schedule: Annotated[str, typer.Option("--schedule", help="1f1b | gpipe | interleaved.")
                         ] = "1f1b",
-    virtual_stages: Annotated[int, typer.Option("--virtual-stages", help="Chunks per stage "
-                                                "(interleaved).")] = 1,
+    virtual_stages: Annotated[int, typer.Option("--virtual-stages", min=1, max=MAX_LAYERS,
+                                                help="Chunks per stage (interleaved).")] = 1,
     layers_per_stage: Annotated[str | None, typer.Option(
         "--layers-per-stage", help="Layers per chunk incl. embedding and head, e.g. 3,9,9,5.")
     ] = None,
-    ep: Annotated[int, typer.Option("--ep", help="Expert parallelism (mixture-of-experts "
+    ep: Annotated[int, typer.Option("--ep", min=1, max=MAX_DEGREE,
+        help="Expert parallelism (mixture-of-experts "
                                     "models): experts split over groups of ep DP replicas.")
                   ] = 1,
     capacity_factor: Annotated[float, typer.Option(
-        "--capacity-factor", help="MoE: the busiest expert's load over the balanced one.")
+        "--capacity-factor", callback=finite_option,
+        help="MoE: the busiest expert's load over the balanced one.")
     ] = DEFAULT_CAPACITY_FACTOR,
     zero1: Annotated[bool, typer.Option("--zero1", help="Same as --zero 1.")] = False,
     zero: Annotated[int | None, typer.Option(
@@ -116,11 +124,17 @@ def estimate(
     profiles_files: ProfilesOption = None,
     framework: FrameworkOption = None,
     calibration: CalibrationOption = None,
+    seq_len_text: SeqLenOption = None,
     json_out: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
-    """Predict iteration time, throughput, MFU, $ and per-stage memory of a given plan."""
+    """Predict iteration time, throughput, MFU, $ and per-stage memory of a given plan.
+
+    With a plan file, --seq-len re-prices the plan's layout and batch at that length (a
+    notice says so); `hetplan plan --seq-len N` finds the best layout for it.
+    """
     from planner.costing import estimate as run_estimate
     from planner.costing.framework import framework_named
+    from planner.report.plan_view import batch_record
 
     if capacity_factor < 1.0:
         raise HetplanError(f"--capacity-factor {capacity_factor}: must be >= 1 (the busiest "
@@ -135,11 +149,12 @@ def estimate(
     if zero is not None and zero1 and zero != 1:
         raise HetplanError(f"--zero1 and --zero {zero} disagree; give one of them")
     zero_stage = zero if zero is not None else (1 if zero1 else 0)
+    seq_len = parse_seq_len(seq_len_text)
     profiles = load_profiles(profiles_files, shipped=not no_profiles)
     if is_plan_file(model_or_plan) or (model_or_plan.endswith(".json") and cluster is None):
         # A plan, priced on the cluster it embeds or on CLUSTER (checked against it).
-        checked = load_checked(model_or_plan, cluster)
-        plan = checked.plan
+        checked = load_checked(model_or_plan, cluster, seq_len=seq_len)
+        plan, graph = checked.plan, checked.graph
         est = run_estimate(None, checked.cluster, plan, profiles=profiles,
                            framework=framework_named(framework, plan.predicted),
                            capacity_factor=capacity_factor)
@@ -149,27 +164,32 @@ def estimate(
             raise HetplanError("estimate needs MODEL CLUSTER and flags, or a PLAN.json")
         model, cl, plan = _from_flags(
             model_or_plan, cluster, tp=tp, pp=pp, dp=dp, global_batch=global_batch,
-            layers_per_stage=layers_per_stage, micro_batch=micro_batch, recompute=recompute,
+            layers_per_stage=layers_per_stage, seq_len=seq_len, micro_batch=micro_batch,
+            recompute=recompute,
             sequence_parallel=sequence_parallel, schedule=schedule,
             virtual_stages=virtual_stages, zero1=zero_stage >= 1, zero=zero_stage, ep=ep)
         est = run_estimate(model, cl, plan, profiles=profiles,
                            framework=framework_named(framework),
                            capacity_factor=capacity_factor)
         title = f"{model.name} on {cl.name}"
+        graph = model.graph
     if json_out:
-        record = est.to_dict()
+        record = {**est.to_dict(), **batch_record(plan, graph.seq_len)}
         if (plan.model or {}).get("num_experts"):
             record["moe"] = {"capacity_factor": capacity_factor, "routing": "balanced on "
                              "average; busiest expert at capacity_factor × the mean load"}
         print_json(record)
     else:
-        _print(est, title, plan, capacity_factor)
+        _print(est, title, plan, capacity_factor, graph.seq_len)
     if not est.feasible:
         raise typer.Exit(EXIT_INFEASIBLE)
 
 
-def _print(est: Any, title: str, plan: Any, capacity_factor: float) -> None:
+def _print(est: Any, title: str, plan: Any, capacity_factor: float, seq_len: int) -> None:
+    from planner.report.plan_view import batch_line
+
     console.print(_table(est, title))
+    console.print(batch_line(plan, seq_len))
     price = ("" if est.usd_per_hour is None else
              f", ${est.usd_per_hour:.2f}/h, ${est.usd_per_million_tokens:.3f} per 1M tokens")
     console.print(f"iteration {est.iteration_time_s:.4f} s, {est.tokens_per_s:,.0f} tokens/s, "

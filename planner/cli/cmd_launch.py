@@ -31,7 +31,8 @@ def launch(
         "--rdzv", help="torchrun rendezvous: static (--node-rank per script) | c10d (elastic; "
         "allows --max-restarts).")] = "static",
     max_restarts: Annotated[int, typer.Option(
-        "--max-restarts", min=0, help="Restart every worker up to N times after a failure "
+        "--max-restarts", min=0, max=1000,
+        help="Restart every worker up to N times after a failure "
         "(c10d; training starts again at step 0).")] = 0,
     hostfile: Annotated[Path | None, typer.Option(
         "--hostfile", help="`plan-node host` per line: the machine of each plan node, for "

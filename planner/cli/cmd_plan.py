@@ -23,11 +23,16 @@ from planner.cli.options import (
     CalibrationOption,
     FrameworkOption,
     ProfilesOption,
+    SeqLenOption,
+    finite_option,
     load_profiles,
+    parse_seq_len,
     use_calibration,
 )
 from planner.cli.output import console, print_json
 from planner.errors import HetplanError
+from planner.limits import MAX_GLOBAL_BATCH
+from planner.outfile import check_output
 
 __all__ = ["plan"]
 
@@ -105,37 +110,46 @@ def _shape(plan: Any) -> str:
 @app.command()
 def plan(
     model: Annotated[str, typer.Argument(help="Model: zoo name, YAML or config.json.")],
-    cluster: Annotated[str, typer.Argument(help="Cluster: name under configs/clusters or YAML.")],
+    cluster: Annotated[str, typer.Argument(
+        help="Cluster: bundled name (planner/configs/clusters) or YAML.")],
     output: Annotated[str | None, typer.Option("-o", "--output", help="Write the plan JSON "
                                                "here.")] = None,
     global_batch: Annotated[int | None, typer.Option(
-        "--global-batch", help="Sequences per iteration (default: the model spec's).")] = None,
+        "--global-batch", min=1, max=MAX_GLOBAL_BATCH,
+        help="Sequences per iteration (default: the model spec's).")] = None,
     objective: Annotated[str, typer.Option("--objective", help="throughput | cost.")
                          ] = "throughput",
     budget_usd_per_hour: Annotated[float | None, typer.Option(
-        "--budget-usd-per-hour", help="Only plans whose GPUs cost at most this.")] = None,
-    top_k: Annotated[int, typer.Option("--top-k", help="Alternatives to list.")] = 5,
+        "--budget-usd-per-hour", min=0.0, callback=finite_option,
+        help="Only plans whose GPUs cost at most this.")] = None,
+    top_k: Annotated[int, typer.Option("--top-k", min=1, max=1000,
+        help="Alternatives to list.")] = 5,
     sequence_parallel: Annotated[bool, typer.Option(
         "--sequence-parallel", help="Plan with Megatron sequence parallelism.")] = False,
     framework: FrameworkOption = None,
     calibration: CalibrationOption = None,
     profiles: ProfilesOption = None,
+    seq_len: SeqLenOption = None,
     json_out: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
     """Find the fastest (or cheapest) plan for MODEL on CLUSTER, exactly."""
     from planner.cluster import load_cluster
     from planner.costing.framework import framework_named
     from planner.graph import load_model
+    from planner.report.plan_view import batch_line
     from planner.search import plan as search
 
     if objective not in ("throughput", "cost"):
         raise HetplanError(f"--objective {objective!r}: use throughput or cost")
     if top_k < 1:
         raise HetplanError(f"--top-k {top_k}: must be at least 1")
+    if output:
+        check_output(output, "-o")  # before the search, not after it
+    tokens = parse_seq_len(seq_len)
     use_calibration(calibration)
     fw = framework_named(framework)
     measured = load_profiles(profiles)
-    m = load_model(model)
+    m = load_model(model, seq_len=tokens)
     cl = load_cluster(cluster)
     bar = None if json_out else _Bar()
     try:
@@ -156,6 +170,7 @@ def plan(
         return
     best, est = result.best, result.estimates[0]
     console.print(_stage_table(best, est, f"{m.name} on {cl.name}: best plan"))
+    console.print(batch_line(best, m.seq_len))
     console.print(_summary(best, est))
     if len(result.candidates) > 1:
         alt = Table(title="alternatives")

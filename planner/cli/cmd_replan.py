@@ -13,8 +13,14 @@ from typing import Annotated
 import typer
 
 from planner.cli.main import app
-from planner.cli.options import FrameworkOption, ProfilesOption, load_profiles
+from planner.cli.options import (
+    FrameworkOption,
+    ProfilesOption,
+    finite_option,
+    load_profiles,
+)
 from planner.cli.output import console, print_json
+from planner.outfile import check_output
 
 __all__ = ["replan"]
 
@@ -31,7 +37,8 @@ def replan(
     add: Annotated[list[str] | None, typer.Option(
         "--add", help='GPUs that joined: "8 H100-SXM5-80GB" or "2x8 A100".')] = None,
     tolerance: Annotated[float, typer.Option(
-        "--tolerance", help="Accept plans this much slower than the fastest (fraction) if "
+        "--tolerance", min=0.0, max=10.0, callback=finite_option,
+        help="Accept plans this much slower than the fastest (fraction) if "
         "they move less state.")] = 0.05,
     out: Annotated[Path | None, typer.Option("-o", "--out", help="Write the new plan.")] = None,
     framework: FrameworkOption = None,
@@ -40,8 +47,11 @@ def replan(
 ) -> None:
     """Re-plan after nodes are lost or added, moving as little training state as possible."""
     from planner.replanning import replan as run_replan
+    from planner.report.plan_view import batch_line, plan_seq_len
     from planner.schema import Plan
 
+    if out is not None:
+        check_output(out, "-o")  # before the search, not after it
     plan = Plan.load(plan_file)
     measured = load_profiles(profiles)
     r = run_replan(plan, remove=remove or (), add=add or (), tolerance=tolerance,
@@ -65,5 +75,8 @@ def replan(
                   f"{r.tokens_per_s_after:,.0f} ({change:+.1f} %); iteration "
                   f"{r.iteration_time_s_before:.4f} s → {r.iteration_time_s_after:.4f} s "
                   f"(fastest found {r.fastest_iteration_time_s:.4f} s)")
+    seq = plan_seq_len(r.plan)  # the running plan's length: a replan never changes it
+    if seq is not None:
+        console.print(batch_line(r.plan, seq))
     if out is not None:
         console.print(f"wrote {out}")

@@ -20,7 +20,9 @@ from planner.cli.options import (
     CalibrationOption,
     FrameworkOption,
     ProfilesOption,
+    SeqLenOption,
     load_profiles,
+    parse_seq_len,
     use_calibration,
 )
 from planner.cli.output import console, print_json, wide_console
@@ -28,16 +30,17 @@ from planner.cli.output import console, print_json, wide_console
 __all__ = ["simulate", "simulate_plan"]
 
 
-def simulate_plan(plan_path: str | Path, profiles: Any = None,
-                  framework: str | None = None) -> tuple[Any, Any, tuple[Any, ...]]:
+def simulate_plan(plan_path: str | Path, profiles: Any = None, framework: str | None = None,
+                  seq_len: int | None = None) -> tuple[Any, Any, tuple[Any, ...]]:
     """(plan, estimate, timelines with events) for a plan file; `profiles`: a ProfileSet
-    (None: the shipped profiles); `framework`: a `--framework` name (None: the plan's)."""
+    (None: the shipped profiles); `framework`: a `--framework` name (None: the plan's);
+    `seq_len`: re-price the plan at that length (`plan_file.at_seq_len`)."""
     from planner.cli.plan_file import load_checked
     from planner.costing import estimate
     from planner.costing.framework import framework_named
     from planner.simulate import with_events
 
-    plan = load_checked(plan_path).plan
+    plan = load_checked(plan_path, seq_len=seq_len).plan
     # The model and cluster the plan embeds, priced for the runtime it was planned for.
     est = estimate(None, None, plan, framework=framework_named(framework, plan.predicted),
                    profiles=profiles)
@@ -54,14 +57,30 @@ def simulate(
     profiles: ProfilesOption = None,
     framework: FrameworkOption = None,
     calibration: CalibrationOption = None,
+    seq_len: SeqLenOption = None,
     json_out: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
-    """Simulate a plan's pipeline schedule: per-stage busy time, bubble, Gantt chart."""
-    from planner.report.gantt import draw_gantt
-    from planner.report.plan_view import stage_labels, timeline_to_dict
+    """Simulate a plan's pipeline schedule: per-stage busy time, bubble, Gantt chart.
 
+    --seq-len re-prices the plan's layout and batch at that length (a notice says so).
+    """
+    from planner.report.figure import check_figure_path
+    from planner.report.gantt import draw_gantt
+    from planner.report.plan_view import (
+        batch_line,
+        batch_record,
+        plan_seq_len,
+        stage_labels,
+        timeline_to_dict,
+    )
+
+    tokens = parse_seq_len(seq_len)
+    for path, flag in ((gantt, "--gantt"), (svg, "--svg")):
+        if path is not None:
+            check_figure_path(path, flag)
     use_calibration(calibration)
-    plan, est, timelines = simulate_plan(plan_file, load_profiles(profiles), framework)
+    plan, est, timelines = simulate_plan(plan_file, load_profiles(profiles), framework, tokens)
+    seq = plan_seq_len(plan)
     labels = stage_labels(plan)
     title = f"{(plan.model or {}).get('name', 'model')} on {(plan.cluster or {}).get('name', '')}"
     written = [draw_gantt(timelines, path, labels, title=title)
@@ -71,6 +90,7 @@ def simulate(
             "plan": str(plan_file),
             "iteration_time_s": round(est.iteration_time_s, 9),
             "bubble_fraction": round(est.bubble_fraction, 9),
+            **(batch_record(plan, seq) if seq is not None else {}),
             "stages": labels,
             "pipelines": [timeline_to_dict(t) for t in timelines],
             "pictures": [str(p) for p in written],
@@ -79,6 +99,8 @@ def simulate(
         })
     else:
         wide_console(110).print(_table(plan, est, timelines, title))
+        if seq is not None:
+            console.print(batch_line(plan, seq))
         for path in written:
             console.print(f"wrote {path}")
         for problem in est.problems:

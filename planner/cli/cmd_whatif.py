@@ -17,10 +17,15 @@ from planner.cli.options import (
     CalibrationOption,
     FrameworkOption,
     ProfilesOption,
+    SeqLenOption,
+    finite_option,
     load_profiles,
+    parse_seq_len,
     use_calibration,
 )
 from planner.cli.output import console, print_json
+from planner.cli.progress import spinner
+from planner.limits import MAX_GLOBAL_BATCH
 
 __all__ = ["whatif"]
 
@@ -39,20 +44,24 @@ def whatif(
         "--partition", help='Split a GPU type into MIG slices: "A100-SXM4-80GB:1g.10gb".')
     ] = None,
     network_gbps: Annotated[float | None, typer.Option(
-        "--network-gbps", help="Node network (Gbit/s) of added groups.")] = None,
+        "--network-gbps", min=0.001, max=1e6, callback=finite_option,
+        help="Node network (Gbit/s) of added groups.")] = None,
     global_batch: Annotated[int | None, typer.Option(
-        "--global-batch", help="Sequences per iteration (default: the model file's).")] = None,
+        "--global-batch", min=1, max=MAX_GLOBAL_BATCH,
+        help="Sequences per iteration (default: the model file's).")] = None,
     objective: Annotated[str, typer.Option(
         "--objective", help="throughput | cost")] = "throughput",
     framework: FrameworkOption = None,
     calibration: CalibrationOption = None,
     profiles: ProfilesOption = None,
+    seq_len: SeqLenOption = None,
     json_out: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
     """Plan before and after editing the cluster: what changes, and by how much."""
     import planner
     from planner.costing.framework import framework_named
     from planner.errors import HetplanError
+    from planner.report.plan_view import batch_text
     from planner.report.whatif import whatif as run_whatif
     from planner.report.whatif import whatif_lines
 
@@ -63,12 +72,13 @@ def whatif(
         raise HetplanError("whatif: nothing to change; give --add, --remove, --price or "
                            "--partition "
                            "(e.g. --add \"8 H100-SXM5-80GB\")")
-    graph = planner.load_model(model)
+    graph = planner.load_model(model, seq_len=parse_seq_len(seq_len))
     base = planner.load_cluster(cluster)
-    w = run_whatif(graph, base, add=add or (), remove=remove or (), price=price or (),
-                   network_gbps=network_gbps, partition=partition or (),
-                   global_batch_size=global_batch,
-                   objective=objective, framework=fw, profiles=measured)
+    with spinner(f"planning before and after on {base.name}", enabled=not json_out):
+        w = run_whatif(graph, base, add=add or (), remove=remove or (), price=price or (),
+                       network_gbps=network_gbps, partition=partition or (),
+                       global_batch_size=global_batch,
+                       objective=objective, framework=fw, profiles=measured)
     if json_out:
         print_json(w.to_dict())
         return
@@ -85,6 +95,8 @@ def whatif(
             style = "green" if _better(name, pct) else "red"
         table.add_row(name, before, after, f"[{style}]{change}[/]" if style else change)
     console.print(table)
+    gbs = w.before.global_batch_size or w.after.global_batch_size
+    console.print(batch_text(graph.seq_len, gbs) if gbs else f"seq_len {graph.seq_len:,}")
     d = w.to_dict()
     console.print(f"before: {d['layout_before'] or w.before.problem}")
     console.print(f"after:  {d['layout_after'] or w.after.problem}")

@@ -14,7 +14,6 @@ something the plan does not contain) stays as the residual, which `hetplan calib
 from __future__ import annotations
 
 import csv
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +23,14 @@ import yaml
 
 from cost_models.efficiency import set_calibration
 from planner.errors import HetplanError
+from planner.input_files import (
+    MAX_JSON_BYTES,
+    clip,
+    load_yaml_mapping,
+    parse_json_text,
+    read_text,
+    short,
+)
 
 __all__ = ["CalibrationFit", "MeasuredRun", "apply_calibration", "fit", "load_calibration",
            "load_runs", "write_calibration"]
@@ -65,24 +72,26 @@ def load_runs(path: Path) -> list[MeasuredRun]:
     """Every row checked (plan file exists and loads, time > 0) before anything runs."""
     from planner.schema import Plan
 
-    if not path.is_file():
-        raise HetplanError(f"calibrate {path}: no such file")
     records: list[tuple[str, dict[str, Any]]] = []
-    text = path.read_text(encoding="utf-8")
+    text = read_text(path, str(path), what="runs", max_bytes=MAX_JSON_BYTES)
     if path.suffix in (".jsonl", ".json"):
         for i, line in enumerate(text.splitlines(), 1):
             if line.strip():
-                try:
-                    records.append((f"{path}:{i}", json.loads(line)))
-                except json.JSONDecodeError as exc:
-                    raise HetplanError(f"{path}:{i}: not JSON ({exc.msg})") from None
+                rec = parse_json_text(line, f"{path}:{i}")
+                if not isinstance(rec, dict):
+                    raise HetplanError(f"{path}:{i}: expected a JSON object with plan and "
+                                       f"measured_iteration_s, got {short(rec)}")
+                records.append((f"{path}:{i}", rec))
     else:
         reader = csv.DictReader(text.splitlines())
-        missing = {"plan", "measured_iteration_s"} - set(reader.fieldnames or ())
-        if missing:
-            raise HetplanError(f"{path}: needs columns plan, measured_iteration_s (missing "
-                               f"{', '.join(sorted(missing))})")
-        records = [(f"{path}:{i}", dict(r)) for i, r in enumerate(reader, 2)]
+        try:
+            missing = {"plan", "measured_iteration_s"} - set(reader.fieldnames or ())
+            if missing:
+                raise HetplanError(f"{path}: needs columns plan, measured_iteration_s (missing "
+                                   f"{', '.join(sorted(missing))})")
+            records = [(f"{path}:{i}", dict(r)) for i, r in enumerate(reader, 2)]
+        except csv.Error as exc:
+            raise HetplanError(f"{path}:{reader.line_num}: not CSV ({exc})") from None
     runs = []
     for where, rec in records:
         if rec.get("warmup") is True:  # a run log's first step (planner/runtime/run_log.py)
@@ -93,9 +102,10 @@ def load_runs(path: Path) -> list[MeasuredRun]:
         try:
             measured = float(raw)  # type: ignore[arg-type]
         except (TypeError, ValueError):
-            raise HetplanError(f"{where}: measured_iteration_s {raw!r} is not a number") from None
+            raise HetplanError(f"{where}: measured_iteration_s {short(raw)} is not a number"
+                               ) from None
         if not measured > 0 or math.isinf(measured):
-            raise HetplanError(f"{where}: measured_iteration_s must be > 0, got {raw}")
+            raise HetplanError(f"{where}: measured_iteration_s must be > 0, got {short(raw)}")
         plan_path = Path(str(plan_ref))
         if not plan_path.is_absolute():
             plan_path = path.parent / plan_path
@@ -185,20 +195,18 @@ def write_calibration(out: Path, result: CalibrationFit, source: Path) -> None:
 
 def load_calibration(path: Path) -> dict[str, float]:
     """Read and check `--calibration FILE`; returns the scales (not yet applied)."""
-    if not path.is_file():
-        raise HetplanError(f"--calibration {path}: no such file")
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        raise HetplanError(f"--calibration {path}: not YAML ({exc})") from None
-    scales = data.get("gpu_efficiency_scale") if isinstance(data, dict) else None
+    data = load_yaml_mapping(path, f"--calibration {path}", what="calibration",
+                             example="`hetplan calibrate RUNS.csv --out FILE`")
+    scales = data.get("gpu_efficiency_scale")
     if not isinstance(scales, dict) or not scales:
         raise HetplanError(f"--calibration {path}: needs a gpu_efficiency_scale mapping "
                            "(write it with `hetplan calibrate RUNS.csv --out FILE`)")
     out = {}
     for name, value in scales.items():
-        if not isinstance(value, int | float) or not _LO <= value <= _HI:
-            raise HetplanError(f"--calibration {path}: gpu_efficiency_scale.{name} = {value!r}; "
-                               f"use a number in [{_LO}, {_HI}]")
+        if (isinstance(value, bool) or not isinstance(value, int | float)
+                or not _LO <= value <= _HI):
+            raise HetplanError(f"--calibration {path}: gpu_efficiency_scale."
+                               f"{clip(str(name), 40)} = {short(value)}; use a number in "
+                               f"[{_LO}, {_HI}]")
         out[str(name)] = float(value)
     return out

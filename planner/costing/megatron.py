@@ -13,6 +13,7 @@ from typing import Any
 from planner.cluster.model import Cluster
 from planner.costing.resolve import resolve_model
 from planner.errors import HetplanError, SpecError
+from planner.limits import MAX_MICROBATCHES, limit_text
 from planner.schema import Pipeline, Plan, RankInfo, Stage
 
 __all__ = ["even_split", "megatron_plan"]
@@ -91,6 +92,11 @@ def megatron_plan(model: Any, cluster: Cluster, *, tp: int, pp: int, dp: int, mi
     if rem or per_pipe < 1:
         raise HetplanError(f"global batch {global_batch} is not a multiple of dp ({dp}) × "
                            f"micro-batch ({micro_batch}) = {dp * micro_batch}")
+    if per_pipe > MAX_MICROBATCHES:
+        raise HetplanError(f"global batch {global_batch} over dp ({dp}) × micro-batch "
+                           f"({micro_batch}) is {per_pipe:,} micro-batches per pipeline, above "
+                           f"hetplan's limit of {limit_text(MAX_MICROBATCHES)}; raise "
+                           "--micro-batch or lower --global-batch")
     chunks = pp * virtual_stages
     n_layers = len(graph.layers)
     if layers_per_stage is None:

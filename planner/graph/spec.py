@@ -11,6 +11,17 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from planner.errors import SpecError
+from planner.input_files import short
+from planner.limits import (
+    MAX_EXPERTS,
+    MAX_FFN,
+    MAX_GLOBAL_BATCH,
+    MAX_HIDDEN,
+    MAX_LAYERS,
+    MAX_SEQ_LEN,
+    MAX_VOCAB,
+    limit_text,
+)
 
 __all__ = [
     "Architecture",
@@ -25,8 +36,20 @@ Architecture = Literal["gpt", "llama"]
 Precision = Literal["bf16", "fp16", "fp32"]
 
 # Strict: a YAML `hidden_size: "4096"` or `4096.5` is a mistake worth one clear line.
-_PosInt = Annotated[int, Field(strict=True, gt=0)]
-_PosFloat = Annotated[float, Field(gt=0)]
+_PosFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+
+# Whole numbers with an upper bound (planner.limits says why each).
+_Layers = Annotated[int, Field(strict=True, ge=1, le=MAX_LAYERS)]
+_Width = Annotated[int, Field(strict=True, ge=1, le=MAX_HIDDEN)]
+_Ffn = Annotated[int, Field(strict=True, ge=1, le=MAX_FFN)]
+_Vocab = Annotated[int, Field(strict=True, ge=1, le=MAX_VOCAB)]
+_SeqLen = Annotated[int, Field(strict=True, ge=1, le=MAX_SEQ_LEN)]
+_Batch = Annotated[int, Field(strict=True, ge=1, le=MAX_GLOBAL_BATCH)]
+_Experts = Annotated[int, Field(strict=True, ge=0, le=MAX_EXPERTS)]
+_OptFfn = Annotated[int, Field(strict=True, ge=0, le=MAX_FFN)]
+_MAX_SCORES = 2**58
+"""heads × seq_len² of one sequence's attention scores (× 8 bytes stays below 2^63)."""
+_OptLayers = Annotated[int, Field(strict=True, ge=0, le=MAX_LAYERS)]
 
 
 _DEFAULTED = ("num_kv_heads", "ffn_hidden_size", "tie_embeddings", "moe_ffn_hidden_size")
@@ -51,7 +74,7 @@ class TrainingSpec(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    global_batch_size: _PosInt | None = None
+    global_batch_size: _Batch | None = None
     """Sequences per iteration; None means the command line must give it."""
     precision: Precision = "bf16"
     """Compute precision of weights and activations (Adam states stay fp32)."""
@@ -67,39 +90,39 @@ def default_ffn_hidden_size(architecture: str, hidden_size: int) -> int:
 
 
 class ModelSpec(BaseModel):
-    """A decoder-only transformer's shape (see docs: configs/models/*.yaml)."""
+    """A decoder-only transformer's shape (see docs: planner/configs/models/*.yaml)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     name: Annotated[str, Field(min_length=1)]
     architecture: Architecture
     """gpt: LayerNorm, GELU MLP, learned positions. llama: RMSNorm, SwiGLU, RoPE, GQA."""
-    hidden_size: _PosInt
-    num_layers: _PosInt
-    num_attention_heads: _PosInt
-    num_kv_heads: _PosInt
+    hidden_size: _Width
+    num_layers: _Layers
+    num_attention_heads: _Width
+    num_kv_heads: _Width
     """Key/value heads (GQA); defaults to num_attention_heads."""
-    ffn_hidden_size: _PosInt
+    ffn_hidden_size: _Ffn
     """MLP inner width; defaults to 4h (gpt) or Meta's 8h/3 rule (llama)."""
-    vocab_size: _PosInt
-    seq_len: _PosInt
+    vocab_size: _Vocab
+    seq_len: _SeqLen
     """Training sequence length in tokens (every per-sequence figure uses it)."""
     tie_embeddings: bool
     """LM head shares the embedding weight; defaults true for gpt, false for llama."""
     norm_eps: _PosFloat = 1e-5
     rope_theta: _PosFloat = 10000.0
     """RoPE base (llama only)."""
-    num_experts: Annotated[int, Field(strict=True, ge=0)] = 0
+    num_experts: _Experts = 0
     """Routed experts per mixture-of-experts layer (llama only); 0: every MLP is dense."""
-    num_experts_per_tok: Annotated[int, Field(strict=True, ge=0)] = 0
+    num_experts_per_tok: _Experts = 0
     """Top-k: experts each token is routed to (1..num_experts when num_experts > 0)."""
-    moe_ffn_hidden_size: _PosInt | None = None
+    moe_ffn_hidden_size: _Ffn | None = None
     """Inner width of one routed expert (SwiGLU); defaults to ffn_hidden_size."""
-    shared_expert_ffn_hidden_size: Annotated[int, Field(strict=True, ge=0)] = 0
+    shared_expert_ffn_hidden_size: _OptFfn = 0
     """Inner width of the always-on shared expert(s), summed (DeepSeek-MoE, Qwen-MoE); 0: none."""
     shared_expert_gate: bool = False
     """The shared expert's output is scaled by sigmoid(x·w) (Qwen-MoE)."""
-    first_dense_layers: Annotated[int, Field(strict=True, ge=0)] = 0
+    first_dense_layers: _OptLayers = 0
     """The first k blocks keep a dense MLP of ffn_hidden_size (DeepSeek's first_k_dense_replace)."""
     norm_topk_prob: bool = True
     """Renormalise the top-k routing weights to sum to 1 (Mixtral); false: raw softmax (Qwen)."""
@@ -140,6 +163,16 @@ class ModelSpec(BaseModel):
                 "num_kv_heads",
                 f"{kv} does not divide num_attention_heads {a}; each KV head must serve a "
                 f"whole group of query heads (e.g. {_nearest_divisor(a, kv)})",
+            )
+        scores = a * self.seq_len**2
+        if scores > _MAX_SCORES:
+            # The extraction runs one block on the meta device; torch refuses a tensor whose
+            # byte size overflows int64, and the attention scores are the largest one.
+            raise _FieldError(
+                "seq_len",
+                f"{self.seq_len:,} tokens × {a:,} heads make an attention score tensor of "
+                f"{a:,} × {self.seq_len:,}² = {scores:.3g} elements, above the 2^58 a tensor "
+                "size can hold; lower seq_len or num_attention_heads",
             )
         if self.architecture == "llama" and (h // a) % 2:
             raise _FieldError(
@@ -246,9 +279,13 @@ def spec_error_from_validation(exc: ValidationError, where: str) -> SpecError:
             allowed = _allowed_fields(field)
             message += f" (allowed: {', '.join(allowed)})"
         return SpecError(where, field, message)
+    if kind == "less_than_equal":
+        return SpecError(where, field, f"{short(err.get('input'))} is above hetplan's limit of "
+                         f"{limit_text(err['ctx']['le'])}; real models stay far below it "
+                         "(check for a typo)")
     message = err["msg"]
     if "input" in err:
-        message += f" (got {err['input']!r})"
+        message += f" (got {short(err['input'])})"
     return SpecError(where, field, message)
 
 

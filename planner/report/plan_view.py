@@ -8,7 +8,8 @@ from typing import Any
 from planner.schema import Plan
 from planner.simulate import Timeline
 
-__all__ = ["stage_labels", "stage_layout", "timeline_to_dict"]
+__all__ = ["batch_line", "batch_record", "batch_text", "plan_seq_len", "stage_labels",
+           "stage_layout", "timeline_to_dict"]
 
 
 def _layers(ranges: Sequence[tuple[int, int]]) -> str:
@@ -67,3 +68,32 @@ def timeline_to_dict(t: Timeline, events: bool = True) -> dict[str, Any]:
             {"device": e.device, "kind": e.kind, "microbatch": e.microbatch, "chunk": e.chunk,
              "start_s": r(e.start_s), "end_s": r(e.end_s)} for e in t.events]
     return out
+
+
+def batch_text(seq_len: int, global_batch: int, micro_batch: int | None = None) -> str:
+    """What one iteration processes, as the product it is:
+    `seq_len 4,096 × global batch 256 (micro-batch 2) = 1,048,576 tokens per iteration`."""
+    micro = "" if micro_batch is None else f" (micro-batch {micro_batch})"
+    return (f"seq_len {seq_len:,} × global batch {global_batch:,}{micro} = "
+            f"{seq_len * global_batch:,} tokens per iteration")
+
+
+def batch_line(plan: Plan, seq_len: int) -> str:
+    """`batch_text` of a plan."""
+    return batch_text(seq_len, plan.global_batch_size, plan.micro_batch_size)
+
+
+def batch_record(plan: Plan, seq_len: int) -> dict[str, int]:
+    """`batch_line` as JSON fields."""
+    return {"seq_len": seq_len, "global_batch_size": plan.global_batch_size,
+            "micro_batch_size": plan.micro_batch_size,
+            "tokens_per_iteration": seq_len * plan.global_batch_size}
+
+
+def plan_seq_len(plan: Plan) -> int | None:
+    """The sequence length the plan's embedded model is priced at (a spec's `seq_len`, or a
+    measured module's); None when it embeds no model."""
+    model = plan.model or {}
+    graph = model.get("graph")
+    value = graph.get("seq_len") if isinstance(graph, dict) else model.get("seq_len")
+    return value if isinstance(value, int) else None

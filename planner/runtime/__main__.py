@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 import torch.distributed as dist
 
 from planner.errors import HetplanError
+from planner.outfile import check_output
 from planner.schema import Plan
 
 
@@ -29,6 +31,10 @@ def main(argv: list[str] | None = None) -> int:
     from planner.runtime.training import train
 
     try:
+        if args.run_log and os.environ.get("RANK", "0") == "0":
+            # Rank 0 appends after the last step: a log it cannot write must stop the run
+            # before training, not after it.
+            check_output(args.run_log, "--run-log")
         plan = Plan.load(args.plan)
         # The one plan validator, as `hetplan launch` ran it: a plan edited since is caught
         # here, on every rank, before any process group forms.
