@@ -23,6 +23,7 @@ its memory, Cephalo-style, which FSDP2's even shards cannot express).
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterable
 
 import torch
@@ -109,6 +110,9 @@ def shard_elements(modules: Iterable[torch.nn.Module], mesh: DeviceMesh, zero: i
     from torch.distributed.fsdp import fully_shard
 
     dp = mesh["dp"] if mesh.ndim > 1 else mesh
+    # FSDP2 warns when a module returns a view (the embedding does) because an in-place op on
+    # it would drop the pre-backward hook; the chain never changes an element's output in place.
+    warnings.filterwarnings("ignore", message="FSDP2-wrapped module .* returned a view tensor")
     out = []
     for m in modules:
         if not any(True for _ in m.parameters()):
