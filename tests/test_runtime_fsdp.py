@@ -6,6 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
+from planner.runtime.dry_run import shrink_plan
 from planner.runtime.fsdp import fsdp_layout
 from planner.runtime.zero import _weighted
 from planner.schema import Plan
@@ -75,3 +78,14 @@ def test_fsdp_zero3_tp2_and_zero2_match_reference() -> None:
     assert res.max_param_diff <= TOL, res
     res = _check(_plan(_UNEVEN, 2), "tiny-llama")
     assert res.max_param_diff <= TOL, res
+
+
+def test_dryrun_shrink_keeps_the_shard_proportions() -> None:
+    # Pipelines 0 and 1 share a shape, so a 3-rank limit keeps pipelines 0 and 2, whose
+    # fractions 0.5 and 0.2 become 0.5 / 0.7 and 0.2 / 0.7.
+    pipes = [{"microbatches": 1, "shard_fraction": f, "stages": [stage(0, 6, r)]}
+             for f, r in ((0.5, [0]), (0.3, [1]), (0.2, [2, 3]))]
+    small, _ = shrink_plan(_plan(pipes, 1), max_ranks=3)
+    assert [p.shard_fraction for p in small.pipelines] == pytest.approx([0.5 / 0.7, 0.2 / 0.7])
+    whole, _ = shrink_plan(_plan(pipes, 1))
+    assert [p.shard_fraction for p in whole.pipelines] == pytest.approx([0.5, 0.3, 0.2])

@@ -120,6 +120,13 @@ def shrink_plan(plan: Plan, max_ranks: int = 16) -> tuple[Plan, list[str]]:
          "stages": [{**st.model_dump(mode="json"), "ranks": [new[r] for r in st.ranks]}
                     for st in p.stages]}
         for p in pipes]
+    if pipes[0].shard_fraction is not None:
+        # Uneven ZeRO shards: the kept pipelines split the state in the same proportions.
+        kept = sum(p.shard_fraction or 0.0 for p in pipes)
+        for row, p in zip(data["pipelines"], pipes, strict=True):
+            row["shard_fraction"] = (p.shard_fraction or 0.0) / kept
+        if len(pipes) == 1:
+            data["pipelines"][0].pop("shard_fraction")
     data["ranks"] = [{"rank": i, "node": "cpu", "local_rank": i} for i in range(len(old))]
     data["micro_batch_size"] = 1
     data["global_batch_size"] = sum(p.microbatches for p in pipes)
