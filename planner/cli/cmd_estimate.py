@@ -27,7 +27,7 @@ from planner.cli.options import (
     parse_seq_len,
     use_calibration,
 )
-from planner.cli.output import console, print_json
+from planner.cli.output import console, print_json, wide_console
 from planner.cli.plan_file import is_plan_file, load_checked
 from planner.errors import HetplanError
 from planner.limits import MAX_DEGREE, MAX_GLOBAL_BATCH, MAX_LAYERS
@@ -66,22 +66,29 @@ def _from_flags(model_arg: str, cluster_arg: str, *, tp: int, pp: int, dp: int |
     return model, cluster, plan
 
 
-def _table(est: Any, title: str) -> Table:
-    t = Table(title=title)
-    # Context parallelism's columns appear when a stage uses it (its point is the memory).
+def _table(est: Any, title: str, plan: Any) -> Table:
+    """Per stage: time, and memory per GPU by part (GiB) adding up to the peak."""
+    from planner.report.plan_view import device_chunks, layer_ranges
+
+    t = Table(title=title, caption="GiB per GPU: weights + grads + optimizer + activations + "
+              "other (recompute transient, framework overhead) = peak, of capacity")
+    # Context parallelism's column appears when a stage uses it (its point is the memory).
     cp = any(s.cp > 1 for s in est.stages)
-    cols = ("pipe", "stage", "GPU", "TP", *(("CP",) if cp else ()), "layers", "fwd ms",
-            "bwd ms", *(("activations GiB",) if cp else ()), "memory GiB")
-    for col in cols:
+    for col in ("pipe", "stage", "GPU", "TP", *(("CP",) if cp else ()), "layers", "fwd ms",
+                "bwd ms", "weights", "grads", "optim", "activ", "other", "peak GiB"):
         t.add_column(col, justify="right" if col not in ("GPU", "layers") else "left")
     for s in est.stages:
         mem = f"{s.peak_memory_gib:.1f} / {s.memory_capacity_gib:.0f}"
         if s.peak_memory_gib > s.memory_capacity_gib:
             mem = f"[red]{mem}[/red]"
+        m = s.memory
+        parts = ([f"{x:.2f}" for x in (m.weights_gib, m.gradients_gib, m.optimizer_gib,
+                                       m.activations_gib, m.other_gib)]
+                 if m is not None else ["-"] * 5)
         t.add_row(str(s.pipeline), str(s.stage), s.gpu, str(s.tp),
-                  *((str(s.cp),) if cp else ()), f"[{s.layers[0]}, {s.layers[1]})",
-                  f"{s.fwd_ms:.2f}", f"{s.bwd_ms:.2f}",
-                  *((f"{s.activation_gib:.1f}",) if cp else ()), mem)
+                  *((str(s.cp),) if cp else ()),
+                  layer_ranges(device_chunks(plan, s.pipeline, s.stage)), f"{s.fwd_ms:.2f}",
+                  f"{s.bwd_ms:.2f}", *parts, mem)
     return t
 
 
@@ -197,9 +204,9 @@ def estimate(
 
 
 def _print(est: Any, title: str, plan: Any, capacity_factor: float, seq_len: int) -> None:
-    from planner.report.plan_view import batch_line
+    from planner.report.plan_view import batch_line, schedule_label
 
-    console.print(_table(est, title))
+    wide_console(150).print(_table(est, f"{title}, {schedule_label(plan)}", plan))
     console.print(batch_line(plan, seq_len))
     price = ("" if est.usd_per_hour is None else
              f", ${est.usd_per_hour:.2f}/h, ${est.usd_per_million_tokens:.3f} per 1M tokens")

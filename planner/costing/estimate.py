@@ -29,7 +29,13 @@ from planner.costing.links import a2a_link, cp_ring_link, p2p_time_s
 from planner.costing.plan_check import check_against
 from planner.costing.resolve import resolve_cluster, resolve_model
 from planner.costing.result import Estimate, StageEstimate
-from planner.costing.stage_cost import StageCost, stage_cost, stage_peak_memory_gib, tp_split
+from planner.costing.stage_cost import (
+    StageCost,
+    stage_cost,
+    stage_memory,
+    stage_peak_memory_gib,
+    tp_split,
+)
 from planner.errors import SpecError
 from planner.graph.layers import LayerGraph
 from planner.schema import Plan
@@ -230,6 +236,8 @@ def _stage_row(plan: Plan, d: _Device, max_inflight: int, s_count: int,
                         bwd_ms=merged.bwd_s * 1e3, peak_memory_gib=peak,
                         memory_capacity_gib=gpu.memory_gib,
                         optimizer_gib=merged.optimizer_bytes_per_gpu / shard / GIB,
+                        chunks=tuple(tuple(stages[j].layers) for j in d.chunks),
+                        memory=stage_memory(merged, inflight, shard, zero, gathered, ep=d.ep),
                         activation_gib=merged.activation_bytes_per_microbatch * inflight / GIB,
                         cp=d.cp)
     problem = None

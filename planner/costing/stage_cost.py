@@ -28,10 +28,11 @@ from cost_models.moe import DEFAULT_CAPACITY_FACTOR
 from cost_models.profiles import ProfileSet, default_profiles
 from planner.costing.framework import DEFAULT_FRAMEWORK, Framework
 from planner.costing.links import link_of_kind
+from planner.costing.result import StageMemory
 from planner.graph.layers import Layer, LayerGraph
 
 __all__ = ["LayerCostTable", "StageCost", "kv_bytes_per_sequence", "layer_cost_table",
-           "stage_cost", "stage_peak_memory_gib", "tp_split"]
+           "stage_cost", "stage_memory", "stage_peak_memory_gib", "tp_split"]
 
 _KERNELS = {"embedding": 4, "block": KERNELS_PER_BLOCK_FWD, "head": 10,
             "other": KERNELS_PER_BLOCK_FWD}
@@ -445,3 +446,26 @@ def stage_peak_memory_gib(cost: StageCost, inflight_microbatches: float,
         state += gathered_params * 2 * per_param  # the gathered weights and their gradients
     act = cost.activation_bytes_per_microbatch * inflight_microbatches
     return (state + act + cost.recompute_transient_bytes) / GIB + FRAMEWORK_OVERHEAD_GIB
+
+
+def stage_memory(cost: StageCost, inflight_microbatches: float, zero1_dp: int = 1,
+                 zero: int = 1, gathered_params: float = 0.0, ep: int = 1) -> StageMemory:
+    """`stage_peak_memory_gib` by part (same arguments, same arithmetic term by term)."""
+    shed = 1 - 1 / max(zero1_dp, 1)
+    opt = cost.optimizer_bytes_per_gpu
+    expert_opt = cost.expert_optimizer_bytes_per_gpu
+    expert_dp = max(zero1_dp // max(ep, 1), 1)
+    half = (cost.static_bytes_per_gpu - opt) / 2
+    per_param = half / cost.params_per_gpu if cost.params_per_gpu else 0.0
+    weights = grads = half
+    if zero >= 2:
+        grads -= half * shed
+    if zero >= 3:
+        weights -= half * shed
+        weights += gathered_params * per_param
+        grads += gathered_params * per_param
+    optimizer = opt - (opt - expert_opt) * shed - expert_opt * (1 - 1 / expert_dp)
+    return StageMemory(
+        weights_gib=weights / GIB, gradients_gib=grads / GIB, optimizer_gib=optimizer / GIB,
+        activations_gib=cost.activation_bytes_per_microbatch * inflight_microbatches / GIB,
+        other_gib=cost.recompute_transient_bytes / GIB + FRAMEWORK_OVERHEAD_GIB)
