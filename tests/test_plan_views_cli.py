@@ -143,3 +143,12 @@ def test_alternatives_are_full_plans(tmp_path, capsys) -> None:
     assert code == 0, err
     assert json.loads(out)["tokens_per_s"] == pytest.approx(
         alts[-1]["plan"]["predicted"]["tokens_per_s"], rel=1e-6)
+
+
+def test_pipelines_label() -> None:
+    from planner.report.plan_view import pipelines_label
+
+    assert pipelines_label([3]) == "p3"
+    assert pipelines_label(list(range(8))) == "p0–7 ×8"
+    assert pipelines_label([0, 2, 5]) == "p0,2,5 ×3"
+    assert pipelines_label([0, 2, 4, 6, 8]) == "p0,2,4,6,… ×5"
