@@ -61,7 +61,7 @@ def cost_floor_usd(options: Sequence[OptionCosts], prices: Sequence[float | None
     """
     per: dict[int, np.ndarray] = {}
     for c in options:
-        diag = np.diagonal(c.time_s[0], offset=1) * c.tp
+        diag = np.diagonal(c.time_s[0], offset=1) * c.tp * c.cp  # as in layer_bound
         diag = np.where(np.isfinite(diag), diag, np.inf)
         per[c.group] = diag if c.group not in per else np.minimum(per[c.group], diag)
     if any(prices[g] is None for g in per):
