@@ -45,9 +45,11 @@ __all__ = ["SCHEDULES", "plan"]
 
 _REFINE_KINDS = 3
 """Refinement also starts from the best plan of up to this many sets of GPU types."""
-_REFINE_MAX = 320
-_REFINE_MIN = 24
-_REFINE_RANK_ESTIMATES = 6000
+_REFINE_MAX = 240
+_REFINE_MIN = 4
+_REFINE_RANK_ESTIMATES = 1500
+_GPIPE_TOP = 2
+"""Fast mode: GPipe variants of this many of the best 1F1B candidates."""
 """Refinement allowance: this many estimate-ranks, between _REFINE_MIN and _REFINE_MAX
 estimates (a count, not a time: the result is deterministic)."""
 SCHEDULES = ("1f1b", "gpipe", "interleaved")
@@ -69,7 +71,8 @@ def gpipe_variants(p: Plan) -> list[Plan]:
 def _refine(costed: list, consider: Callable, wanted: Sequence[str], sizes: Sequence[int],
             spent_before: int) -> int:
     """Hill-climb from the best plan and from the best of each other schedule (so that an
-    interleaved plan gets its uneven chunk boundaries); returns the estimates spent."""
+    interleaved plan gets its uneven chunk boundaries); returns the estimates spent, -1 when
+    the plans are too large to refine."""
     starts, schedules_seen, kinds_seen = [], set(), set()
     for rank, p, _ in costed:  # sorted best first
         # Also the best plan of each set of GPU types used: moves keep GPUs or free them,
@@ -83,7 +86,9 @@ def _refine(costed: list, consider: Callable, wanted: Sequence[str], sizes: Sequ
     # Estimates cost about linearly in the plan's ranks: the walk's allowance is a count
     # scaled by them (deterministic, unlike a time limit), the best plan's walk gets half.
     ranks = max(len(costed[0][1].ranks), 1)
-    total = max(_REFINE_MIN, min(_REFINE_MAX, _REFINE_RANK_ESTIMATES // ranks))
+    total = min(_REFINE_MAX, _REFINE_RANK_ESTIMATES // ranks)
+    if total < _REFINE_MIN:
+        return -1  # plans this large: each estimate (with the sharding post-pass) costs too much
     spent = 0
     for k, (rank, p) in enumerate(starts):
         allowance = total // 2 if k == 0 else total // (2 * max(len(starts) - 1, 1))
@@ -93,18 +98,22 @@ def _refine(costed: list, consider: Callable, wanted: Sequence[str], sizes: Sequ
 
 
 def _reduced_notes(search: Search, wanted: Sequence[str], scheds: Sequence[str], raw: int,
-                   recosted: int, small: bool) -> tuple[str, ...]:
+                   recosted: int, small: bool, refined: int) -> tuple[str, ...]:
     """Every reduction of the space that may have lost a plan the estimate rates better."""
     out = [f"the program ranks pipelines by the 1F1B closed form; the estimate's event "
            f"simulation judged only the {recosted} plans re-costed"
            + ("" if small else f" (best of {raw} candidates by the closed form)")]
     if "gpipe" in wanted and "gpipe" not in scheds:
-        out.append("GPipe: only the 1F1B candidates' stages under GPipe (as they are or on "
-                   "full recompute), no GPipe programs (fast mode; --schedule gpipe runs them)")
+        out.append(f"GPipe: only the {_GPIPE_TOP} best 1F1B candidates' stages under GPipe "
+                   "(as they are or on full recompute), no GPipe programs (fast mode; "
+                   "--schedule gpipe runs them)")
     if "interleaved" in wanted:
         out.append(f"interleaved: V = 2 only, from the {_INTERLEAVE_TOP} best 1F1B candidates "
                    "(each device's layers, chunk boundaries then moved by the local "
                    "refinement only)")
+    if refined < 0:
+        out.append("no local refinement: the plan has more than "
+                   f"{_REFINE_RANK_ESTIMATES // _REFINE_MIN} ranks")
     if search.max_caps <= 1:
         out.append("only the tightest bottleneck cap solved per shape (fast mode, over "
                    f"{_SMALL_CLUSTER} GPUs)")
@@ -228,7 +237,7 @@ def plan(model: Any, cluster: Any, *, global_batch_size: int | None = None,
         variants = search.plans(entry)
         if "interleaved" in wanted and rank < _INTERLEAVE_TOP:
             variants += [q for q in (interleaved_variant(p) for p in variants) if q is not None]
-        if "gpipe" in wanted and "gpipe" not in scheds:
+        if "gpipe" in wanted and "gpipe" not in scheds and rank < _GPIPE_TOP:
             variants += [q for p in variants if p.schedule == "1f1b" for q in gpipe_variants(p)]
         for p in variants:
             consider(p)
@@ -247,7 +256,7 @@ def plan(model: Any, cluster: Any, *, global_batch_size: int | None = None,
     if not costed:
         raise explain_infeasible(graph, cluster, search, sizes, budget_usd_per_hour)
     costed.sort(key=lambda c: c[0])
-    _refine(costed, consider, wanted, sizes, len(seen))
+    refined = _refine(costed, consider, wanted, sizes, len(seen))
     costed.sort(key=lambda c: c[0])
     top = costed[:top_k]
     name = next((k for k, f in FRAMEWORKS.items() if f == framework), None)
@@ -258,7 +267,8 @@ def plan(model: Any, cluster: Any, *, global_batch_size: int | None = None,
         cert = certify(best_est.usd_per_million_tokens or math.inf, usd_lb)
     else:
         cert = certify(best_est.iteration_time_s, time_lb)
-    notes = () if cert.exact else _reduced_notes(search, wanted, scheds, len(raw), len(seen), small)
+    notes = () if cert.exact else _reduced_notes(search, wanted, scheds, len(raw), len(seen), small,
+                                             refined)
     stats = SearchStats(shapes=search.shapes, shapes_pruned=search.pruned,
                         programs=search.programs, candidates=len(raw), costed=len(seen),
                         seconds=time.perf_counter() - start, exact=cert.exact, notes=notes,
