@@ -256,6 +256,18 @@ class _Program:
                 rec(k, 0, int(u), 0.0, [])
         return out
 
+    def best_upto(self, k_max: int, cap: float, minmax: bool) -> Template | None:
+        """From the values of the last `run`: the best pipeline of at most k_max stages (the
+        programs allow more stages than micro-batches, which the closed form's tail term can
+        favour while the event simulation does not; so the old space's best is kept too)."""
+        best_val, best_k, best_u = np.inf, -1, -1
+        for k in range(1, min(k_max, len(self.values) - 1) + 1):
+            row = self.values[k][0]
+            u = int(np.argmin(row))
+            if row[u] < best_val:
+                best_val, best_k, best_u = float(row[u]), k, u
+        return None if best_k < 0 else self._trace(best_k, best_u, cap, minmax)
+
     def per_usage(self, cap: float, minmax: bool) -> list[Template]:
         """From the values of the last `run`: the best pipeline ending in each usage state
         (every GPU count a pipeline may draw), for objectives that pay per GPU used."""
@@ -331,6 +343,10 @@ def solve(options: Sequence[Option], budgets: tuple[int, ...], n: int, m: int, s
     # `per_usage` (cost objectives, budgets): also the best pipeline of every GPU count,
     # under the min-max and under the tight cap, since a smaller one may cost less per token.
     extra = prog.per_usage(np.inf, True) if per_usage else []
+    k_old = (m if min_m is None else min_m) if schedule != "gpipe" else n
+    if k_old < prog.s_max:
+        few = prog.best_upto(k_old, np.inf, True)
+        extra += [few] if few is not None else []
     w0 = max((m - 1) * s.time_s + s.tail_s for s in first.stages)
     if max_caps <= 1:
         # Fast mode: the least sum under the smallest feasible cap only.
@@ -338,6 +354,9 @@ def solve(options: Sequence[Option], budgets: tuple[int, ...], n: int, m: int, s
         found = {first.key(): first}
         if tight is not None:
             found.setdefault(tight.key(), tight)
+            if k_old < prog.s_max:
+                few = prog.best_upto(k_old, w0, False)
+                extra += [few] if few is not None else []
             if per_usage:
                 extra += prog.per_usage(w0, False)
         for t in extra:
@@ -349,6 +368,9 @@ def solve(options: Sequence[Option], budgets: tuple[int, ...], n: int, m: int, s
     found = {first.key(): first, free.key(): free}
     if per_usage:
         extra += prog.per_usage(np.inf, False)
+    if k_old < prog.s_max:
+        few = prog.best_upto(k_old, np.inf, False)
+        extra += [few] if few is not None else []
     for t in extra:
         found.setdefault(t.key(), t)
     best = min(objective(first, m), objective(free, m))
