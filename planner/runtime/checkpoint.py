@@ -148,8 +148,14 @@ def save_checkpoint(runner: Any, root: str | Path, *, step: int, samples: int,
         for n in moments:
             t = zero_state[n][key] if runner.zero is not None else runner.optimizer.state[p][n]
             sd[f"optim.{names[key]}.{n}"] = _canon(t)
+    if dist.get_rank() == 0:
+        # Saving over an older save of this step: unmark it first (ours and DCP's), so a
+        # save cut short never leaves old metadata beside new files.
+        for name in (META, ".metadata"):
+            (folder / name).unlink(missing_ok=True)
+    dist.barrier()
     try:
-        dcp.save(sd, checkpoint_id=str(folder))
+        dcp.save(sd, storage_writer=dcp.FileSystemWriter(str(folder), overwrite=True))
     except (Exception, CheckpointException) as exc:  # DCP's is a BaseException
         raise HetplanError(f"--save-checkpoint {root}: cannot write {folder.name} "
                            f"({_first_line(exc)})") from None
