@@ -193,9 +193,11 @@ def test_train_on_a_token_file_with_a_schedule_saves_and_resumes(tmp_path: Path)
     dp = make_plan([{"microbatches": 1, "stages": [stage(0, 6, [0])]},
                     {"microbatches": 1, "stages": [stage(0, 6, [1])]}], model=model)
     ck = tmp_path / "ck"
+    # Resuming from its own, still empty, save folder: a fresh start (what a restarted job
+    # relies on to pick up its latest checkpoint).
     first = run_local(_train_worker, 2, pp.to_dict(), {
         "steps": 3, "data": dict(data), "lr": 1e-3, "lr_schedule": schedule,
-        "save_checkpoint": str(ck), "save_every": 2})[0]
+        "save_checkpoint": str(ck), "save_every": 2, "resume": str(ck)})[0]
     assert sorted(p.name for p in ck.iterdir()) == ["latest", "step-00000002", "step-00000003"]
     assert (ck / "latest").read_text().strip() == "step-00000003"
     second = run_local(_train_worker, 2, dp.to_dict(), {

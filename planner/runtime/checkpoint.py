@@ -33,8 +33,8 @@ from torch.distributed.tensor import DTensor, distribute_tensor
 from planner.errors import HetplanError
 from planner.runtime.grads import local_tensor
 
-__all__ = ["META", "SCHEMA", "check_model", "find_checkpoint", "load_checkpoint", "read_meta",
-           "save_checkpoint"]
+__all__ = ["META", "SCHEMA", "check_model", "find_checkpoint", "has_checkpoint",
+           "load_checkpoint", "read_meta", "save_checkpoint"]
 
 META = "hetplan-checkpoint.json"
 SCHEMA = "hetplan.checkpoint/v1"
@@ -187,6 +187,15 @@ def _write_atomic(path: Path, text: str) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(text)
     os.replace(tmp, path)
+
+
+def has_checkpoint(path: str | Path) -> bool:
+    """Whether `path` is, or holds (`latest`), a complete checkpoint."""
+    try:
+        find_checkpoint(path)
+    except HetplanError:
+        return False
+    return True
 
 
 def find_checkpoint(path: str | Path) -> Path:
