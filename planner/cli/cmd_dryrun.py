@@ -91,7 +91,8 @@ def dryrun(
             table.add_row(str(i), f"{a:.6f}", f"{b:.6f}", f"{abs(a - b):.2e}")
         console.print(table)
         verdict = "[green]ok[/green]" if res.ok else "[red]MISMATCH[/red]"
-        console.print(f"max |grad diff| {res.max_grad_diff:.2e}, max |loss diff| "
+        console.print(f"max |grad diff| {res.max_grad_diff:.2e}, max |param diff| "
+                      f"{res.max_param_diff:.2e}, max |loss diff| "
                       f"{res.max_loss_diff:.2e} (tolerance {TOLERANCE:.0e}): {verdict}  "
                       f"[{res.wall_s:.1f} s]")
     if not res.ok:

@@ -65,6 +65,10 @@ class StageEstimate:
     `peak_memory_gib` (context parallelism divides it by cp)."""
     cp: int = 1
     """Context-parallel degree (the sequence split over cp GPUs)."""
+    sharded_gib: float = 0.0
+    """The ZeRO-shardable state of one GPU of this stage at its plan's ZeRO stage, before
+    sharding: its memory is `peak_memory_gib` - (its shard fraction) × this + this × (its new
+    fraction) under another `shard_fraction` (the search's Cephalo-style split)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -38,6 +38,9 @@ class CheckResult:
     num_params_checked: int
     """Distinct parameters compared (over all ranks, a tied weight once)."""
     num_reference_params: int
+    max_param_diff: float = 0.0
+    """Worst |weight difference| after the last optimizer step (held weights, TP and FSDP
+    shards gathered)."""
 
 
 def _reference_step(model: Any, opt: torch.optim.Optimizer, inputs: torch.Tensor,
@@ -91,7 +94,7 @@ def _worker(rank: int, world: int, store_dir: str, plan_dict: dict, factory: Mod
     ref_chain = chain_of(ref)
     ref_opt = make_optimizer(list(ref.parameters()), opt_name, lr)
     next_batch = _batch_source(opts)
-    worst, checked = 0.0, set()
+    worst, worst_param, checked = 0.0, 0.0, set()
 
     def compare(r: Runner) -> None:
         nonlocal worst
@@ -133,17 +136,22 @@ def _worker(rank: int, world: int, store_dir: str, plan_dict: dict, factory: Mod
         ref_losses.append(reference_loss(step, inputs, labels))
         losses.append(runner.train_step(inputs, labels, before_update=compare))
         ref_opt.step()
+    with torch.no_grad():
+        for (e, name), p in runner.params:
+            theirs = ref_chain[e].get_parameter(name)
+            worst_param = max(worst_param, float((full_tensor(p) - theirs).abs().max()))
     if opts.get("save") is not None:
         from planner.runtime.checkpoint import save_checkpoint
 
         save_checkpoint(runner, opts["save"], step=start + steps, samples=consumed,
                         meta=opts["save_meta"])
-    diff = torch.tensor([worst])
+    diff = torch.tensor([worst, worst_param])
     dist.all_reduce(diff, op=dist.ReduceOp.MAX)
     everyone: list[Any] = [None] * world
     dist.all_gather_object(everyone, sorted(checked))
     covered = {tuple(k) for keys in everyone for k in keys}
-    return {"max_grad_diff": float(diff), "loss": losses, "reference_loss": ref_losses,
+    return {"max_grad_diff": float(diff[0]), "max_param_diff": float(diff[1]), "loss": losses,
+            "reference_loss": ref_losses,
             "params": len(covered), "reference_params": len(list(ref.parameters()))}
 
 
@@ -172,5 +180,6 @@ def check_plans(jobs: list[tuple[Plan, ModelFactory, dict[str, Any]]], steps: in
             max_grad_diff=r0["max_grad_diff"], loss=r0["loss"], reference_loss=r0["reference_loss"],
             max_loss_diff=max(abs(a - b) for a, b in zip(r0["loss"], r0["reference_loss"],
                                                          strict=True)),
-            num_params_checked=r0["params"], num_reference_params=r0["reference_params"]))
+            num_params_checked=r0["params"], num_reference_params=r0["reference_params"],
+            max_param_diff=r0["max_param_diff"]))
     return results

@@ -48,10 +48,14 @@ class DryrunResult:
     notes: tuple[str, ...] = field(default_factory=tuple)
     first_step: int = 0
     """Steps done before this run (a resumed checkpoint's step); losses are of the next ones."""
+    max_param_diff: float = 0.0
+    """Worst weight difference after the last step (reported, not judged: Adam can turn a
+    rounding-level gradient difference near zero into a step of ±lr)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {"ok": self.ok, "max_grad_diff": self.max_grad_diff,
-                "loss": self.losses[-1], "reference_loss": self.reference_losses[-1],
+                "max_param_diff": self.max_param_diff, "loss": self.losses[-1],
+                "reference_loss": self.reference_losses[-1],
                 "max_loss_diff": self.max_loss_diff, "losses": list(self.losses),
                 "reference_losses": list(self.reference_losses), "ranks": self.ranks,
                 "params_checked": self.params_checked, "tolerance": TOLERANCE,
@@ -125,6 +129,13 @@ def shrink_plan(plan: Plan, max_ranks: int = 16) -> tuple[Plan, list[str]]:
          "stages": [{**st.model_dump(mode="json"), "ranks": [new[r] for r in st.ranks]}
                     for st in p.stages]}
         for p in pipes]
+    if pipes[0].shard_fraction is not None:
+        # Uneven ZeRO shards: the kept pipelines split the state in the same proportions.
+        kept = sum(p.shard_fraction or 0.0 for p in pipes)
+        for row, p in zip(data["pipelines"], pipes, strict=True):
+            row["shard_fraction"] = (p.shard_fraction or 0.0) / kept
+        if len(pipes) == 1:
+            data["pipelines"][0].pop("shard_fraction")
     data["ranks"] = [{"rank": i, "node": "cpu", "local_rank": i} for i in range(len(old))]
     data["micro_batch_size"] = 1
     # A cp-block's pipelines share their samples (schema.py): each block counts once.
@@ -205,7 +216,8 @@ def dryrun(plan: Plan, *, steps: int = 3, max_ranks: int = 16,
         max_grad_diff=res.max_grad_diff, max_loss_diff=res.max_loss_diff,
         losses=tuple(res.loss), reference_losses=tuple(res.reference_loss),
         ranks=len(small.ranks), params_checked=res.num_params_checked, wall_s=wall,
-        model=info, notes=tuple(notes), first_step=0 if meta is None else int(meta["step"]))
+        model=info, notes=tuple(notes), first_step=0 if meta is None else int(meta["step"]),
+        max_param_diff=res.max_param_diff)
 
 
 def _model_for(plan: Plan, small: Plan,
