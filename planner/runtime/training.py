@@ -17,7 +17,13 @@ import torch.distributed as dist
 from planner.errors import HetplanError
 from planner.graph.embedded import is_module_model, load_factory
 from planner.runtime.build import build_for_rank, spec_of, tokens_of
-from planner.runtime.checkpoint import check_model, has_checkpoint, load_checkpoint, read_meta
+from planner.runtime.checkpoint import (
+    check_model,
+    has_checkpoint,
+    load_checkpoint,
+    read_meta,
+    runner_optimizers,
+)
 from planner.runtime.checkpoint import save_checkpoint as save_checkpoint_
 from planner.runtime.data import synthetic_batch
 from planner.runtime.engine import Runner
@@ -225,7 +231,8 @@ def train(plan: Plan, *, steps: int, model_factory: Callable[[], Any] | None = N
     tokens = 0
     for step in range(start, start + steps):
         if lr_schedule is not None:
-            set_lr(runner.optimizer, lr_schedule.lr_at(step))
+            for opt in runner_optimizers(runner):
+                set_lr(opt, lr_schedule.lr_at(step))
         inputs, labels = next_batch(step, consumed)
         if inputs.shape[0] != plan.global_batch_size:
             raise HetplanError(f"batch has {inputs.shape[0]} rows, the plan's global batch is "
