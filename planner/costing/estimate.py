@@ -248,7 +248,6 @@ def _stage_row(plan: Plan, d: _Device, max_inflight: int, s_count: int,
                         chunks=tuple(tuple(stages[j].layers) for j in d.chunks),
                         memory=stage_memory(merged, inflight, shard, zero, gathered, ep=d.ep,
                                             fraction=keep),
-                        activation_gib=merged.activation_bytes_per_microbatch * inflight / GIB,
                         cp=d.cp)
     problem = None
     if peak > gpu.memory_gib:

@@ -230,16 +230,17 @@ class Runner:
         sharded = {id(p) for ms in self.fsdp_chunks for m in ms for p in m.parameters()}
         self.fsdp_keys = frozenset(k for k, p in self.params if id(p) in sharded)
         self.synced = [(k, p) for k, p in self.params if k not in self.fsdp_keys]
-        # FSDP2 shards (DTensors over the dp mesh) take a plain optimizer: each rank steps its
-        # own shard. The rest goes to the ZeRO-1 slices, or the plain optimizer without ZeRO.
-        own = [p for k, p in self.params if k in self.fsdp_keys]
+        # One optimizer (`self.optimizer`, as checkpoints and lr schedules expect): over the
+        # ZeRO-1 master slices and the FSDP2 shards (DTensors over the dp mesh, each rank steps
+        # its own), or over every parameter without ZeRO.
+        own = ([p for k, p in self.params if k in self.fsdp_keys] if plan.zero_stage
+               else [p for _, p in self.params])
         self.zero = (ShardedOptimizer(self.synced, rules, rank, to_torch, self.groups,
-                                      lambda ps: make_optimizer(ps, optimizer, lr),
+                                      lambda ps: make_optimizer(ps + own, optimizer, lr),
                                       holder_weights(plan))
                      if plan.zero_stage and self.synced else None)
-        if not plan.zero_stage:
-            own = [p for _, p in self.params]
-        self.optimizer = make_optimizer(own, optimizer, lr) if own else None
+        self.optimizer = (self.zero.optimizer if self.zero is not None
+                          else make_optimizer(own, optimizer, lr))
         self.notes += _zero_notes(plan, fsdp, len(chain))
 
         inbound: dict[int, list[MessageId]] = {}
@@ -350,7 +351,7 @@ class Runner:
         if before_update is not None:
             before_update(self)
         if self.zero is not None:
-            self.zero.step()
-        if self.optimizer is not None:
+            self.zero.step()  # steps self.optimizer (slices and FSDP2 shards together)
+        else:
             self.optimizer.step()
         return float(loss)

@@ -139,9 +139,12 @@ class ShardedOptimizer:
         return full_tensor(t) if s.full else local_tensor(t)
 
     def state_bytes(self) -> int:
-        """Bytes of optimizer state on this rank: master slices and Adam moments."""
+        """Bytes of optimizer state on this rank: master slices and their Adam moments."""
         total = sum(m.numel() * m.element_size() for m in self.masters)
-        for state in self.optimizer.state.values():
+        mine = {id(m) for m in self.masters}
+        for p, state in self.optimizer.state.items():
+            if id(p) not in mine:
+                continue  # an FSDP2 shard stepped by the same optimizer
             total += sum(t.numel() * t.element_size() for t in state.values()
                          if torch.is_tensor(t) and t.dim() > 0)
         return total

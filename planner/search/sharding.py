@@ -2,8 +2,9 @@
 replicas of different shapes, the per-replica shard fractions, chosen by `estimate`.
 
 Variants of a multi-pipeline plan, all priced by `estimate` (the one judge):
-- ZeRO 0 and 1 always; 2 and 3 only over identical replicas without expert parallelism, where
-  the runtime runs them with FSDP2's even shards, so what is priced is what runs.
+- ZeRO 0 and 1 always; 2 and 3 only over identical replicas without expert or context
+  parallelism, where the runtime runs them with FSDP2's even shards, so what is priced is what
+  runs.
 - Over replicas of different shapes or GPUs, ZeRO-1 with Cephalo's split (Cephalo, 2024,
   heterogeneous FSDP): a replica's share of the sharded state follows the memory it has left
   after its activations and unsharded state, apart from its batch share (which follows its
@@ -29,10 +30,10 @@ def _identical(plan: Plan) -> bool:
 
 
 def _fsdp_runs(plan: Plan) -> bool:
-    """The runtime runs ZeRO-2/3 as priced (FSDP2): identical replicas, no expert-parallel
-    stage (whose experts stay on the ZeRO-1 slices)."""
-    return _identical(plan) and all((st.ep or 1) == 1 for p in plan.pipelines
-                                    for st in p.stages)
+    """The runtime runs ZeRO-2/3 as priced (FSDP2, `runtime/fsdp.py`): identical replicas, no
+    expert- or context-parallel stage (those stay on the ZeRO-1 slices)."""
+    return _identical(plan) and all((st.ep or 1) == 1 and (st.cp or 1) == 1
+                                    for p in plan.pipelines for st in p.stages)
 
 
 def _with(plan: Plan, zero: int, fractions: tuple[float, ...] | None = None) -> Plan:
