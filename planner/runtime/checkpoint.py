@@ -151,9 +151,6 @@ def save_checkpoint(runner: Any, root: str | Path, *, step: int, samples: int,
                     meta: dict[str, Any]) -> Path:
     """Save this rank's share (call on every rank); returns the step folder. `meta` (model,
     plan, optimizer, history, ...) goes into the metadata JSON with step and samples."""
-    if getattr(runner, "fsdp_keys", None):
-        raise HetplanError("checkpoints of ZeRO-2/3 runs (FSDP2 shards) are not written or "
-                           "read yet; use zero 1 for a run that saves or resumes")
     folder = Path(root) / f"step-{step:08d}"
     steps = _optimizer_steps(runner)
     _dense_state(runner, steps)
@@ -272,9 +269,6 @@ def _like(t: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
 def load_checkpoint(runner: Any, meta: dict[str, Any]) -> None:
     """Load the checkpoint `meta` describes into this rank's parameters, optimizer state, loss
     scale and RNG (call on every rank, after `check_model`)."""
-    if getattr(runner, "fsdp_keys", None):
-        raise HetplanError("checkpoints of ZeRO-2/3 runs (FSDP2 shards) are not written or "
-                           "read yet; use zero 1 for a run that saves or resumes")
     folder = Path(meta["folder"])
     steps = int(meta["optimizer_steps"])
     opt = runner.optimizer
