@@ -20,7 +20,6 @@ step, samples consumed, the plan it came from, optimizer step, loss scale, lr sc
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +30,7 @@ from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.tensor import DTensor, distribute_tensor
 
 from planner.errors import HetplanError
+from planner.outfile import write_output
 from planner.runtime.grads import local_tensor
 
 __all__ = ["META", "SCHEMA", "check_model", "find_checkpoint", "has_checkpoint",
@@ -186,8 +186,8 @@ def save_checkpoint(runner: Any, root: str | Path, *, step: int, samples: int,
                 "loss_scale": None if scaler is None else {"scale": scaler.scale,
                                                            "clean": scaler._clean},
                 **meta}
-        _write_atomic(folder / META, json.dumps(info, indent=1, sort_keys=True) + "\n")
-        _write_atomic(Path(root) / "latest", folder.name + "\n")
+        write_output(folder / META, json.dumps(info, indent=1, sort_keys=True) + "\n")
+        write_output(Path(root) / "latest", folder.name + "\n")
     dist.barrier()
     return folder
 
@@ -199,12 +199,6 @@ def _first_line(exc: BaseException) -> str:
         exc = exc[0] if isinstance(exc, tuple) else getattr(exc, "exc", exc)  # (error, frames)
     lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
     return f"{type(exc).__name__}: {lines[0][:200]}" if lines else type(exc).__name__
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 def has_checkpoint(path: str | Path) -> bool:
