@@ -35,6 +35,7 @@ def test_estimate_json_keys_and_bad_input_is_one_line() -> None:
 
 def test_validate_without_data_says_so_in_one_line(tmp_path: Path) -> None:
     out = _run("validate", "--data-dir", str(tmp_path / "none"))
-    assert out.returncode == 0
-    assert out.stdout.strip().splitlines() == [f"no measurement data at {tmp_path / 'none'}; "
-                                               "pass --data-dir"]
+    assert out.returncode == 2 and out.stdout == ""
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: --data-dir {tmp_path / 'none'}: "
+                                                   "no such folder")

@@ -218,3 +218,15 @@ def test_rewrite_keeps_the_files_permissions(plan_json, tmp_path, capsys) -> Non
     finally:
         os.umask(umask)
     assert code == 0 and (fresh.stat().st_mode & 0o777) == 0o644, err
+
+
+def test_run_log_is_checked_before_training(plan_json, tmp_path, monkeypatch, capsys) -> None:
+    from planner.runtime.__main__ import main
+
+    monkeypatch.setattr("planner.runtime.training.train", _boom)
+    monkeypatch.delenv("RANK", raising=False)  # rank 0 writes the log
+    log = tmp_path / "no" / "run.jsonl"
+    assert main([str(plan_json), "--run-log", str(log)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --run-log ") and err.count("\n") == 1
+    assert "does not exist" in err and not (tmp_path / "no").exists()

@@ -53,7 +53,8 @@ def compare(
         "--objective", help="What each cluster's plan optimises: throughput | cost.")
     ] = "throughput",
     plot: Annotated[Path | None, typer.Option(
-        "--plot", help="Throughput vs $/h with the Pareto front (.png or .svg).")] = None,
+        "--plot", help="Throughput vs $ per 1M tokens with the Pareto front (.png or .svg).")
+    ] = None,
     framework: FrameworkOption = None,
     calibration: CalibrationOption = None,
     profiles: ProfilesOption = None,
@@ -86,8 +87,10 @@ def compare(
                            objective=objective, framework=fw, profiles=measured)
     if plot is not None:
         ok = [r for r in rows if r.feasible]
-        draw_pareto([r.cluster for r in ok], [r.usd_per_hour for r in ok],
-                    [r.tokens_per_s or 0.0 for r in ok], plot, title=_model_name(graph, model))
+        draw_pareto([r.cluster for r in ok], [r.usd_per_million_tokens for r in ok],
+                    [r.tokens_per_s or 0.0 for r in ok], plot, title=_model_name(graph, model),
+                    usd_per_hour=[r.usd_per_hour for r in ok],
+                    infeasible=[r.cluster for r in rows if not r.feasible])
     if json_out:
         print_json([r.to_dict() for r in rows])
         return
@@ -124,7 +127,8 @@ def _table(rows: list[Any], model: str, train_tokens: float | None) -> Table:
                          no_wrap=c != "GPUs used")
     for i, r in enumerate(rows, 1):
         if not r.feasible:
-            table.add_row(str(i), r.cluster, "infeasible", *["-"] * (len(cols) - 3))
+            table.add_row(str(i), r.cluster, "[yellow]no feasible plan[/]",
+                          *["-"] * (len(cols) - 3))
             continue
         cells = [str(i), r.cluster, f"{r.tokens_per_s:,.0f}", f"{r.iteration_time_s:.3f}",
                  f"{r.mfu:.1%}", _money(r.usd_per_hour), _money(r.usd_per_million_tokens, 4)]

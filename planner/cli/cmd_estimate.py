@@ -3,9 +3,9 @@
     hetplan estimate MODEL CLUSTER --tp 4 --pp 2 --dp 2 --micro-batch 2 --global-batch 64
     hetplan estimate PLAN.json [--json]
 
-With flags, ranks follow Megatron's order over the cluster file's nodes (TP fastest, then DP,
-then PP). Prints iteration time, throughput, MFU, cost and per-stage time and memory. Exit status 3
-when the plan does not fit its GPUs (the numbers are printed), 2 for a bad input.
+With flags, ranks follow Megatron's order over the cluster file's nodes (TP fastest, then CP,
+then DP, then PP). Prints iteration time, throughput, MFU, cost and per-stage time and memory.
+Exit status 3 when the plan does not fit its GPUs (the numbers are printed), 2 for a bad input.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from planner.cli.options import (
     parse_seq_len,
     use_calibration,
 )
-from planner.cli.output import console, print_json
+from planner.cli.output import console, print_json, wide_console
 from planner.cli.plan_file import is_plan_file, load_checked
 from planner.errors import HetplanError
 from planner.limits import MAX_DEGREE, MAX_GLOBAL_BATCH, MAX_LAYERS
@@ -56,7 +56,7 @@ def _from_flags(model_arg: str, cluster_arg: str, *, tp: int, pp: int, dp: int |
 
     model = load_model(model_arg, seq_len=seq_len)
     cluster = load_cluster(cluster_arg)
-    dp = dp or max(1, cluster.world_size // (tp * pp))
+    dp = dp or max(1, cluster.world_size // (tp * pp * plan_opts.get("cp", 1)))
     gbs = global_batch or (model.spec.training.global_batch_size
                            if model.spec is not None else None)
     if gbs is None:
@@ -66,16 +66,29 @@ def _from_flags(model_arg: str, cluster_arg: str, *, tp: int, pp: int, dp: int |
     return model, cluster, plan
 
 
-def _table(est: Any, title: str) -> Table:
-    t = Table(title=title)
-    for col in ("pipe", "stage", "GPU", "TP", "layers", "fwd ms", "bwd ms", "memory GiB"):
+def _table(est: Any, title: str, plan: Any) -> Table:
+    """Per stage: time, and memory per GPU by part (GiB) adding up to the peak."""
+    from planner.report.plan_view import device_chunks, layer_ranges
+
+    t = Table(title=title, caption="GiB per GPU: weights + grads + optimizer + activations + "
+              "other (recompute transient, framework overhead) = peak, of capacity")
+    # Context parallelism's column appears when a stage uses it (its point is the memory).
+    cp = any(s.cp > 1 for s in est.stages)
+    for col in ("pipe", "stage", "GPU", "TP", *(("CP",) if cp else ()), "layers", "fwd ms",
+                "bwd ms", "weights", "grads", "optim", "activ", "other", "peak GiB"):
         t.add_column(col, justify="right" if col not in ("GPU", "layers") else "left")
     for s in est.stages:
         mem = f"{s.peak_memory_gib:.1f} / {s.memory_capacity_gib:.0f}"
         if s.peak_memory_gib > s.memory_capacity_gib:
             mem = f"[red]{mem}[/red]"
+        m = s.memory
+        parts = ([f"{x:.2f}" for x in (m.weights_gib, m.gradients_gib, m.optimizer_gib,
+                                       m.activations_gib, m.other_gib)]
+                 if m is not None else ["-"] * 5)
         t.add_row(str(s.pipeline), str(s.stage), s.gpu, str(s.tp),
-                  f"[{s.layers[0]}, {s.layers[1]})", f"{s.fwd_ms:.2f}", f"{s.bwd_ms:.2f}", mem)
+                  *((str(s.cp),) if cp else ()),
+                  layer_ranges(device_chunks(plan, s.pipeline, s.stage)), f"{s.fwd_ms:.2f}",
+                  f"{s.bwd_ms:.2f}", *parts, mem)
     return t
 
 
@@ -110,6 +123,10 @@ def estimate(
         help="Expert parallelism (mixture-of-experts "
                                     "models): experts split over groups of ep DP replicas.")
                   ] = 1,
+    cp: Annotated[int, typer.Option("--cp", min=1, max=MAX_DEGREE,
+                                    help="Context parallelism: each sequence split over cp "
+                                    "GPUs (zig-zag chunks, K/V ring in attention); uses "
+                                    "tp·cp·pp·dp GPUs.")] = 1,
     capacity_factor: Annotated[float, typer.Option(
         "--capacity-factor", callback=finite_option,
         help="MoE: the busiest expert's load over the balanced one.")
@@ -167,7 +184,8 @@ def estimate(
             layers_per_stage=layers_per_stage, seq_len=seq_len, micro_batch=micro_batch,
             recompute=recompute,
             sequence_parallel=sequence_parallel, schedule=schedule,
-            virtual_stages=virtual_stages, zero1=zero_stage >= 1, zero=zero_stage, ep=ep)
+            virtual_stages=virtual_stages, zero1=zero_stage >= 1, zero=zero_stage, ep=ep,
+            cp=cp)
         est = run_estimate(model, cl, plan, profiles=profiles,
                            framework=framework_named(framework),
                            capacity_factor=capacity_factor)
@@ -186,9 +204,9 @@ def estimate(
 
 
 def _print(est: Any, title: str, plan: Any, capacity_factor: float, seq_len: int) -> None:
-    from planner.report.plan_view import batch_line
+    from planner.report.plan_view import batch_line, schedule_label
 
-    console.print(_table(est, title))
+    wide_console(150).print(_table(est, f"{title}, {schedule_label(plan)}", plan))
     console.print(batch_line(plan, seq_len))
     price = ("" if est.usd_per_hour is None else
              f", ${est.usd_per_hour:.2f}/h, ${est.usd_per_million_tokens:.3f} per 1M tokens")

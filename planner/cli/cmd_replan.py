@@ -63,10 +63,12 @@ def replan(
         return
     for line in r.edits:
         console.print(f"• {line}")
+    from planner.report.plan_view import layer_ranges
+
     for m in r.moves:
         src = ", ".join(m.sources) if m.sources else "no surviving copy (checkpoint)"
         where = m.node if m.old_node in (None, m.node) else f"{m.node} (was {m.old_node})"
-        console.print(f"move layers [{m.layers[0]}, {m.layers[1]}) → {where}: "
+        console.print(f"move {layer_ranges([m.layers])} → {where}: "
                       f"{_gib(m.bytes)} from {src}")
     if not r.moves:
         console.print("no state moves: every node already holds its new layers")

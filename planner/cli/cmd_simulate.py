@@ -69,6 +69,8 @@ def simulate(
     from planner.report.plan_view import (
         batch_line,
         batch_record,
+        fold_pipelines,
+        folded_stage_labels,
         plan_seq_len,
         stage_labels,
         timeline_to_dict,
@@ -83,8 +85,14 @@ def simulate(
     seq = plan_seq_len(plan)
     labels = stage_labels(plan)
     title = f"{(plan.model or {}).get('name', 'model')} on {(plan.cluster or {}).get('name', '')}"
-    written = [draw_gantt(timelines, path, labels, title=title)
-               for path in (gantt, svg) if path is not None]
+    written = []
+    if gantt is not None or svg is not None:
+        # Identical data-parallel replicas draw once, as one row group marked ×N.
+        groups = fold_pipelines(plan, timelines)
+        shown = [timelines[g[0]] for g in groups]
+        written = [draw_gantt(shown, path, folded_stage_labels(plan, groups), title=title,
+                              counts=[len(g) for g in groups])
+                   for path in (gantt, svg) if path is not None]
     if json_out:
         print_json({
             "plan": str(plan_file),
@@ -110,8 +118,10 @@ def simulate(
 
 
 def _table(plan: Any, est: Any, timelines: tuple[Any, ...], title: str) -> Table:
+    from planner.report.plan_view import device_chunks, layer_ranges, schedule_label
+
     table = Table(title=f"{title}: iteration {est.iteration_time_s * 1e3:.2f} ms, bubble "
-                  f"{est.bubble_fraction:.1%}, {plan.schedule}, micro-batch "
+                  f"{est.bubble_fraction:.1%}, {schedule_label(plan)}, micro-batch "
                   f"{plan.micro_batch_size}", box=box.SIMPLE_HEAD, pad_edge=False,
                   caption="busy: share of the iteration computing; held: micro-batches whose "
                   "activations are held at the peak; tail: DP sync + optimizer step; GiB: peak "
@@ -122,11 +132,9 @@ def _table(plan: Any, est: Any, timelines: tuple[Any, ...], title: str) -> Table
         table.add_column(name, justify="left" if left else "right", no_wrap=True)
     rows = iter(est.stages)
     for p, t in enumerate(timelines):
-        pipe = plan.pipelines[p]
         for d in range(t.num_devices):
             st = next(rows)
-            chunks = pipe.stages[d::t.num_devices]
-            layers = ",".join(f"{c.layers[0]}-{c.layers[1] - 1}" for c in chunks)
+            layers = layer_ranges(device_chunks(plan, p, d))
             inflight = t.max_inflight[d] / t.virtual_stages
             tail = ((t.dp_sync_s[d] if t.dp_sync_s else 0.0)
                     + (t.optimizer_s[d] if t.optimizer_s else 0.0))

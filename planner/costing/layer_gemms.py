@@ -77,14 +77,15 @@ def _passes(m: int, weights: tuple[tuple[int, int], ...]
 
 
 def layer_gemm_factors(layer: Layer, seq_len: int, gpu: GpuSpec, precision: str, ts: int,
-                       micro_batch: int, attention_share: float = 1.0,
+                       micro_batch: float, attention_share: float = 1.0,
                        ) -> tuple[float, float, float]:
     """(forward, activation-gradient, weight-gradient) multipliers of the layer's GEMM time at
     the wide rate: its linear GEMMs priced by shape (`cost_models.gemm_shape`), the attention
     core (`attention_share` of it run) at the wide rate, weighted by FLOPs. `ts`: the TP degree
-    the layer is split over (1 when every rank holds it whole)."""
+    the layer is split over (1 when every rank holds it whole); `micro_batch`: sequences on
+    this GPU (a fraction of one under context parallelism, which splits the tokens)."""
     weights = layer_weights(layer, seq_len)
-    tokens = micro_batch * seq_len
+    tokens = max(1, round(micro_batch * seq_len))
     # (GEMMs of one representative, the FLOPs per pass they stand for on this GPU)
     groups: list[tuple[int, tuple[tuple[int, int], ...], float]] = []
     if weights:

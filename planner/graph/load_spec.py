@@ -47,7 +47,7 @@ def _parse(path: Path) -> Any:
     if path.suffix == ".json":
         return load_json(path, where, what="model")
     return load_yaml_mapping(path, where, what="model",
-                             example="configs/models/llama3-8b.yaml")
+                             example="planner/configs/models/llama3-8b.yaml")
 
 
 def _hf_default_name(path: Path, data: dict[str, Any]) -> str:

@@ -64,10 +64,14 @@ def tiny_spec(model: dict[str, Any], plan: Plan) -> ModelSpec:
     gqa = spec.num_kv_heads < spec.num_attention_heads
     heads = 2 * base if gqa else base
     hidden = heads * HEAD_DIM
+    # Context parallelism cuts each sequence into 2·cp equal chunks.
+    chunks = 2 * max(plan.cp(p) for p in range(len(plan.pipelines)))
+    seq_len = max(SEQ_LEN, 8 * base)
+    seq_len += -seq_len % chunks
     return spec.replace(hidden_size=hidden, num_attention_heads=heads,
                         num_kv_heads=base if gqa else heads,
                         ffn_hidden_size=(4 if spec.architecture == "gpt" else 3) * hidden,
-                        vocab_size=VOCAB, seq_len=max(SEQ_LEN, 8 * base),
+                        vocab_size=VOCAB, seq_len=seq_len,
                         name=f"{spec.name}-dryrun")
 
 
@@ -80,17 +84,19 @@ def shrink_plan(plan: Plan, max_ranks: int = 16) -> tuple[Plan, list[str]]:
     and (when it has more than max_ranks ranks) one pipeline of each distinct shape."""
     notes: list[str] = []
     keep = list(range(len(plan.pipelines)))
-    block = math.lcm(*(st.ep or 1 for pipe in plan.pipelines for st in pipe.stages))
+    block = math.lcm(*(st.ep or 1 for pipe in plan.pipelines for st in pipe.stages),
+                     *(plan.cp(p) for p in range(len(plan.pipelines))))
     if len(plan.ranks) > max_ranks and block > 1:
-        # Expert-parallel pipelines run in lockstep: keep the first whole ep-block.
+        # Expert- and context-parallel pipelines run in lockstep: keep the first whole block.
         used = len({r for pipe in plan.pipelines[:block] for st in pipe.stages for r in st.ranks})
         if used > max_ranks:
-            raise HetplanError(f"the first expert-parallel block (pipelines 0..{block - 1}) "
+            raise HetplanError(f"the first expert/context-parallel block (pipelines "
+                               f"0..{block - 1}) "
                                f"uses {used} ranks; dryrun runs at most {max_ranks} processes "
                                "(raise --max-ranks if this machine has the cores and memory)")
         keep = list(range(block))
         notes.append(f"the plan has {len(plan.ranks)} ranks; dryrun keeps pipelines 0..{block - 1}"
-                     f" (one expert-parallel block, {used} ranks)")
+                     f" (one expert/context-parallel block, {used} ranks)")
     elif len(plan.ranks) > max_ranks:
         sizes = [len({r for st in pipe.stages for r in st.ranks}) for pipe in plan.pipelines]
         if sizes[0] > max_ranks:
@@ -118,7 +124,9 @@ def shrink_plan(plan: Plan, max_ranks: int = 16) -> tuple[Plan, list[str]]:
         for p in pipes]
     data["ranks"] = [{"rank": i, "node": "cpu", "local_rank": i} for i in range(len(old))]
     data["micro_batch_size"] = 1
-    data["global_batch_size"] = sum(p.microbatches for p in pipes)
+    # A cp-block's pipelines share their samples (schema.py): each block counts once.
+    data["global_batch_size"] = sum(p.microbatches for i, p in enumerate(pipes)
+                                    if i % (p.stages[0].cp or 1) == 0)
     data.pop("predicted", None)
     if plan.micro_batch_size != 1:
         notes.append(f"micro-batches shrink from {plan.micro_batch_size} sequences to 1")
@@ -138,6 +146,9 @@ def dryrun(plan: Plan, *, steps: int = 3, max_ranks: int = 16,
 
     if plan.model is None:
         raise HetplanError("the plan carries no model spec; dryrun needs one")
+    if plan.sequence_parallel and any(plan.cp(p) > 1 for p in range(len(plan.pipelines))):
+        raise HetplanError("the runtime does not combine context parallelism (cp > 1) with "
+                           "sequence_parallel yet; plan with one of them")
     small, notes = shrink_plan(plan, max_ranks)
     factory, graph, info = _model_for(plan, small)
     need = dryrun_memory(small, graph)

@@ -14,8 +14,11 @@ import torch
 import torch.distributed as dist
 
 from planner.errors import HetplanError
+from planner.models.attention import Attention
+from planner.models.chain import Embedding
 from planner.models.moe import MoE
 from planner.runtime.comm import Channel, MessageId, make_groups
+from planner.runtime.context import ContextShard, cp_group, cp_groups, shard_sequence
 from planner.runtime.experts import ExpertParallel, ep_group, ep_groups
 from planner.runtime.grads import clip_grad_norm, local_tensor, sync_gradients, sync_rules
 from planner.runtime.scaler import LossScaler
@@ -100,6 +103,21 @@ def _expert_parallel(block: Any, plan: Plan, ch: Chunk, rank: int,
             m.dispatch = ExpertParallel(groups[members], len(members))
 
 
+def _context_parallel(elems: list[Any], plan: Plan, ch: Chunk, rank: int, index: int,
+                      groups: dict[tuple[int, ...], dist.ProcessGroup],
+                      shards: dict[tuple[int, ...], ContextShard]) -> None:
+    """Give the chunk's attention and position embeddings the cp group's shard (context.py)."""
+    members = cp_group(plan, ch.pipeline, ch.index, rank)
+    if members is None:
+        return
+    if members not in shards:  # collective over the group: every member builds it in turn
+        shards[members] = ContextShard(groups[members], len(members), index)
+    for elem in elems:
+        for m in elem.modules():
+            if isinstance(m, Attention | Embedding):
+                m.context = shards[members]
+
+
 class Runner:
     """This rank's chunks of the model, ready to run train steps of the plan."""
 
@@ -125,7 +143,10 @@ class Runner:
         # Collective: every rank creates every group in one order. Ranks that disagree on the
         # list (a model factory that differs between ranks) would hang in new_group instead.
         wanted = (list(tp_groups(plan)) + [g for r in rules.values() for g in r.groups]
-                  + ep_groups(plan))
+                  + ep_groups(plan) + cp_groups(plan))
+        if view.cp > 1 and plan.sequence_parallel:
+            raise HetplanError(f"pipelines.{view.pipeline}: the runtime does not combine cp "
+                               f"{view.cp} with sequence_parallel yet; turn one off")
         if plan.zero_stage:
             wanted += zero_groups(rules)
         _agree(sorted(set(wanted)), "the process groups (same model on every rank?)")
@@ -145,8 +166,10 @@ class Runner:
         # loss_parallel; only our cross-entropy is known to run there.
         self.loss_parallel = False
         shard_logits = parallel_loss_ok(self.loss_fn)
+        shards: dict[tuple[int, ...], ContextShard] = {}
         for ch in view.chunks:
             elems = chain[ch.layers[0]:ch.layers[1]]
+            _context_parallel(elems, plan, ch, rank, view.cp_index, self.groups, shards)
             sp: set[int] = set()
             for i, (e, m) in enumerate(zip(range(*ch.layers), elems, strict=True)):
                 m.to(device)
@@ -213,7 +236,10 @@ class Runner:
             out = self.chunks[v](x)
         if c == last:
             with self._loss_context():
-                return x, self.loss_fn(out, labs[m]) / self.view.total_microbatches
+                # A cp rank's loss is the mean over its 1/cp of the tokens: the cp ranks'
+                # shares sum to the sequences' mean (context.py).
+                return x, self.loss_fn(out, labs[m]) / (self.view.total_microbatches
+                                                        * self.view.cp)
         for dst in forward_peers(here, self._chunk(c + 1), self.rank):
             self.channel.send(("F", c, m), out, dst)
         return x, out
@@ -230,8 +256,13 @@ class Runner:
         (already 1/total-scaled) loss of micro-batches this rank finished, 0 elsewhere."""
         view, mbs = self.view, self.plan.micro_batch_size
         lo = view.microbatch_offset * mbs
-        ins = inputs[lo:lo + view.microbatches * mbs].to(self.device).split(mbs)
-        labs = labels[lo:lo + view.microbatches * mbs].to(self.device).split(mbs)
+        inputs, labels = inputs[lo:lo + view.microbatches * mbs], labels[lo:lo + view.microbatches
+                                                                          * mbs]
+        if view.cp > 1:  # this pipeline's zig-zag chunks of every sequence (context.py)
+            inputs = shard_sequence(inputs, view.cp, view.cp_index)
+            labels = shard_sequence(labels, view.cp, view.cp_index)
+        ins = inputs.to(self.device).split(mbs)
+        labs = labels.to(self.device).split(mbs)
         last = view.num_chunks - 1
         saved: dict[tuple[int, int], tuple[torch.Tensor | None, torch.Tensor]] = {}
         loss_sum = torch.zeros((), device=self.device)

@@ -122,8 +122,8 @@ def plan(model: Any, cluster: Any, *, global_batch_size: int | None = None,
         if key in seen:
             return
         seen.add(key)
-        if p.sequence_parallel and any(graph.seq_len % st.tp for pipe in p.pipelines
-                                       for st in pipe.stages):
+        if p.sequence_parallel and any(graph.seq_len % (st.tp * 2 * (st.cp or 1))
+                                       for pipe in p.pipelines for st in pipe.stages):
             return  # the runtime cannot slice this sequence over that TP (plan_check refuses)
         est = estimate(graph, cluster, p, profiles=profiles, framework=framework)
         if est.feasible and (budget_usd_per_hour is None or (
