@@ -12,6 +12,7 @@ The attention core (flash / fused attention) is not a cuBLAS GEMM and keeps the 
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 
 from cost_models.compute import element_bytes, gemm_wide_flops_per_s
 from cost_models.efficiency import constants_for
@@ -84,6 +85,18 @@ def layer_gemm_factors(layer: Layer, seq_len: int, gpu: GpuSpec, precision: str,
     core (`attention_share` of it run) at the wide rate, weighted by FLOPs. `ts`: the TP degree
     the layer is split over (1 when every rank holds it whole); `micro_batch`: sequences on
     this GPU (a fraction of one under context parallelism, which splits the tokens)."""
+    c = constants_for(gpu.name, gpu.generation)
+    return _factors(layer, seq_len, ts, micro_batch, attention_share,
+                    gemm_wide_flops_per_s(gpu, precision), gpu.hbm_gb_per_s * 1e9 * c.memory_eff,
+                    element_bytes(gpu, precision), gpu.sm_count)
+
+
+@lru_cache(maxsize=16384)
+def _factors(layer: Layer, seq_len: int, ts: int, micro_batch: float, attention_share: float,
+             wide: float, memory: float, nbytes: float, sm_count: int | None,
+             ) -> tuple[float, float, float]:
+    """`layer_gemm_factors` for given rates; cached per (layer, TP, micro-batch, rates): the
+    search prices the same block shape for every layer and many plans."""
     weights = layer_weights(layer, seq_len)
     tokens = max(1, round(micro_batch * seq_len))
     # (GEMMs of one representative, the FLOPs per pass they stand for on this GPU)
@@ -102,17 +115,16 @@ def layer_gemm_factors(layer: Layer, seq_len: int, gpu: GpuSpec, precision: str,
                        micro_batch * layer.fwd_expert_flops / ts))
     if not groups:
         return 1.0, 1.0, 1.0
-    c = constants_for(gpu.name, gpu.generation)
-    kw = dict(wide_flops_per_s=gemm_wide_flops_per_s(gpu, precision),
-              memory_bytes_per_s=gpu.hbm_gb_per_s * 1e9 * c.memory_eff,
-              element_bytes=element_bytes(gpu, precision), sm_count=gpu.sm_count)
     attention = attention_share * layer.fwd_attention_flops * micro_batch / ts
     out = []
     # The attention core: its forward once, twice in the activation gradient, no weights.
     for pass_index, att in ((0, attention), (1, 2.0 * attention), (2, 0.0)):
         timed, flops = att, att
         for m, mats, group_flops in groups:
-            timed += group_flops * shape_factor(_passes(m, mats)[pass_index], **kw)
+            shapes = _passes(m, mats)[pass_index]
+            timed += group_flops * shape_factor(shapes, wide_flops_per_s=wide,
+                                                memory_bytes_per_s=memory,
+                                                element_bytes=nbytes, sm_count=sm_count)
             flops += group_flops
         out.append(timed / flops if flops > 0 else 1.0)
     return out[0], out[1], out[2]
