@@ -74,6 +74,11 @@ class Pipeline(_Frozen):
 
     microbatches: int = Field(ge=1, le=MAX_MICROBATCHES)
     stages: tuple[Stage, ...] = Field(min_length=1, max_length=MAX_LAYERS + 2)
+    shard_fraction: float | None = Field(default=None, gt=0, le=1)
+    """This replica's share of the ZeRO-sharded state of each layer it holds (absent: an even
+    1 / pipelines). Decoupled from its batch share (`microbatches`, which follows speed): a GPU's
+    shard can follow its memory instead (Cephalo, 2024, heterogeneous FSDP). Given on every
+    pipeline or none, summing to 1."""
 
 
 class RankInfo(_Frozen):
@@ -128,6 +133,13 @@ class Plan(_Frozen):
     def cp(self, pipeline: int) -> int:
         """Context-parallel degree of a pipeline (its cp-block's size)."""
         return self.pipelines[pipeline].stages[0].cp or 1
+
+    @property
+    def shard_fractions(self) -> tuple[float, ...]:
+        """Each pipeline's share of the ZeRO-sharded state (even when the plan gives none)."""
+        n = len(self.pipelines)
+        return tuple(p.shard_fraction if p.shard_fraction is not None else 1 / n
+                     for p in self.pipelines)
 
     @property
     def num_layers(self) -> int:
@@ -275,6 +287,22 @@ def _check_context_groups(plan: Plan) -> None:
                              "identical stages and micro-batch counts")
 
 
+def _check_fractions(plan: Plan) -> None:
+    fractions = [p.shard_fraction for p in plan.pipelines]
+    given = [f for f in fractions if f is not None]
+    if not given:
+        return
+    if len(given) != len(fractions):
+        missing = next(i for i, f in enumerate(fractions) if f is None)
+        raise ValueError(f"pipelines.{missing}: shard_fraction missing; give it on every "
+                         "pipeline or on none")
+    if plan.zero_stage == 0:
+        raise ValueError("shard_fraction needs ZeRO (zero >= 1): without it nothing is sharded")
+    if abs(sum(given) - 1.0) > 1e-6:
+        shown = " + ".join(f"{f:g}" for f in given)
+        raise ValueError(f"shard_fraction {shown} = {sum(given):.6g}, must sum to 1")
+
+
 def _check_structure(plan: Plan) -> None:
     """Cross-field rules; raises ValueError (pydantic turns it into a field error)."""
     n_layers = plan.num_layers
@@ -282,6 +310,7 @@ def _check_structure(plan: Plan) -> None:
     if v > 1 and plan.schedule != "interleaved":
         raise ValueError(f"virtual_stages is {v} but schedule is {plan.schedule!r}; "
                          "use schedule 'interleaved' or virtual_stages 1")
+    _check_fractions(plan)
     used: dict[int, str] = {}
     for p_idx, pipe in enumerate(plan.pipelines):
         where = f"pipelines.{p_idx}"

@@ -116,7 +116,8 @@ def test_estimate_cp_memory_and_dp_sync_over_dp_times_cp() -> None:
     four = estimate(model, cl, megatron_plan(model, cl, dp=2, cp=4, **kw), profiles=NONE)
     for a, b in zip(one.stages, four.stages, strict=False):
         assert b.cp == 4 and a.cp == 1
-        assert b.activation_gib == pytest.approx(a.activation_gib / 4, rel=1e-9)
+        assert b.memory.activations_gib == pytest.approx(a.memory.activations_gib / 4,
+                                                         rel=1e-9)
         # ZeRO-1 shards the optimizer state over the dp · cp ranks that reduce gradients.
         assert b.optimizer_gib == pytest.approx(a.optimizer_gib / 4, rel=1e-9)
     assert len(four.stages) == 4 * len(one.stages)  # dp · cp pipelines of pp stages

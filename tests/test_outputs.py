@@ -7,6 +7,7 @@ import contextlib
 import ctypes
 import errno
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -50,6 +51,10 @@ COMMANDS = {
                        "planner.cli.cmd_simulate.simulate_plan"),
     "compare --plot": (["compare", "tiny", "dgx-a100", "--plot", "OUT"],
                        "planner.report.compare.compare"),
+    "whatif --plot": (["whatif", "tiny", "dgx-a100", "--add", "8 A100", "--plot", "OUT"],
+                      "planner.report.whatif.whatif"),
+    "whatif --save-cluster": (["whatif", "tiny", "dgx-a100", "--add", "8 A100",
+                               "--save-cluster", "OUT"], "planner.report.whatif.whatif"),
 }
 
 
@@ -230,3 +235,36 @@ def test_run_log_is_checked_before_training(plan_json, tmp_path, monkeypatch, ca
     err = capsys.readouterr().err
     assert err.startswith("error: --run-log ") and err.count("\n") == 1
     assert "does not exist" in err and not (tmp_path / "no").exists()
+
+
+# Writers that are atomic by other means: the helper itself, launch's whole-folder swap, and
+# the run log, which is appended to (rank 0 checks its folder before training).
+OWN_WRITERS = {"planner/outfile.py", "planner/runtime/outdir.py", "planner/runtime/run_log.py"}
+_WRITE = re.compile(r"\.write_text\(|\.write_bytes\(|open\([^)]*[\"'][wax]b?[\"']"
+                    r"|savefig\((?!buf\b)")
+
+
+def test_every_writer_goes_through_the_helper() -> None:
+    """A file written any other way could be left half-written (or skip the path checks)."""
+    root = Path(__file__).resolve().parents[1]
+    offenders = [f"{path.relative_to(root)}:{i}"
+                 for path in sorted((root / "planner").rglob("*.py"))
+                 if path.relative_to(root).as_posix() not in OWN_WRITERS
+                 for i, line in enumerate(path.read_text().splitlines(), 1)
+                 if _WRITE.search(line)]
+    assert not offenders, offenders
+
+
+def test_calibration_write_is_all_or_nothing(tmp_path, monkeypatch) -> None:
+    from planner.costing.calibrate import CalibrationFit, write_calibration
+    from planner.errors import HetplanError
+
+    fit = CalibrationFit({"A100-SXM4-80GB": 0.8}, (1.0,), (0.8,), (0.8,))
+    out = tmp_path / "cal.yaml"
+    write_calibration(out, fit, tmp_path / "runs.csv")
+    first = out.read_bytes()
+    _disk_full_in(tmp_path, monkeypatch)
+    with pytest.raises(HetplanError, match="No space left on device"):
+        write_calibration(out, CalibrationFit({"T4": 0.5}, (1.0,), (0.5,), (0.5,)),
+                          tmp_path / "runs.csv")
+    assert out.read_bytes() == first and [p.name for p in tmp_path.iterdir()] == ["cal.yaml"]

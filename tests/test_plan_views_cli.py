@@ -78,7 +78,7 @@ def test_memory_parts_add_up_and_follow_zero(capsys) -> None:
     """16 B per parameter of model state (ZeRO, Rajbhandari et al. SC'20 §3.1): bf16 weights
     2 B, gradients 2 B, optimizer 12 B, the optimizer part split over DP under ZeRO-1."""
     model = load_model("llama3-8b")
-    for zero, dp in ((0, 1), (1, 4)):
+    for zero, dp in ((0, 1), (1, 4), (3, 4)):
         code, out, err = run_cli(["estimate", "llama3-8b", "dgx-a100", "--tp", "1", "--pp", "2",
                                   "--dp", str(dp), "--global-batch", "8", "--zero", str(zero),
                                   "--recompute", "full", "--json"], capsys)
@@ -89,9 +89,13 @@ def test_memory_parts_add_up_and_follow_zero(capsys) -> None:
             a, b = row["layers"]
             params = sum(layer.params for layer in model.graph.layers[a:b])
             gib = params / 2**30
+            assert mem["optimizer"] == pytest.approx(12 * gib / dp, rel=1e-6)
+            if zero == 3:  # weights and gradients sharded too, plus the layers it gathers
+                assert 2 * gib / dp < mem["weights"] < 2 * gib
+                assert mem["gradients"] == pytest.approx(mem["weights"], rel=1e-9)
+                continue
             assert mem["weights"] == pytest.approx(2 * gib, rel=1e-6)
             assert mem["gradients"] == pytest.approx(2 * gib, rel=1e-6)
-            assert mem["optimizer"] == pytest.approx(12 * gib / dp, rel=1e-6)
             assert mem["activations"] > 0 and mem["other"] >= 1.5
     code, out, _ = run_cli(["estimate", "llama3-8b", "dgx-a100", "--tp", "1", "--pp", "2",
                             "--dp", "4", "--global-batch", "8", "--zero", "1",
@@ -143,3 +147,12 @@ def test_alternatives_are_full_plans(tmp_path, capsys) -> None:
     assert code == 0, err
     assert json.loads(out)["tokens_per_s"] == pytest.approx(
         alts[-1]["plan"]["predicted"]["tokens_per_s"], rel=1e-6)
+
+
+def test_pipelines_label() -> None:
+    from planner.report.plan_view import pipelines_label
+
+    assert pipelines_label([3]) == "p3"
+    assert pipelines_label(list(range(8))) == "p0–7 ×8"
+    assert pipelines_label([0, 2, 5]) == "p0,2,5 ×3"
+    assert pipelines_label([0, 2, 4, 6, 8]) == "p0,2,4,6,… ×5"

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from planner.cluster import load_cluster
+from planner.cluster import cluster_from_dict, load_cluster
 from planner.report.compare import CompareRow
 from planner.report.whatif import WhatIf
 from planner.report.whatif_plot import whatif_figure
@@ -71,3 +71,19 @@ def test_unwritable_outputs_are_one_line(tmp_path, capsys) -> None:
         code, _, err = run_cli(["whatif", "tiny", "amp-t4", "--price", "t4=0.5",
                                 "--global-batch", "8", flag, str(target)], capsys)
         assert code == 2 and err.startswith("error:") and err.count("\n") == 1, err
+
+
+@pytest.mark.parametrize("name", ["lab-mixed", "consumer-rtx", "clariden-gh200"])
+def test_cluster_yaml_round_trips_bundled_and_mig_clusters(tmp_path, name) -> None:
+    from planner.cluster.save import write_cluster_yaml
+    from planner.report.partition import partition_cluster
+
+    spec = load_cluster(name).spec
+    path = write_cluster_yaml(spec, tmp_path / "c.yaml", comment="two\nlines")
+    assert path.read_text().startswith("# two\n# lines\n")
+    assert load_cluster(path).spec == spec
+    if name == "lab-mixed":
+        mig, _ = partition_cluster(spec, ["A100-SXM4-80GB:1g.10gb"])
+        write_cluster_yaml(mig, tmp_path / "m.yaml")
+        assert load_cluster(tmp_path / "m.yaml").spec == cluster_from_dict(mig).spec
+        assert load_cluster(tmp_path / "m.yaml").groups[0].gpu.name == "A100-SXM4-80GB:1g.10gb"

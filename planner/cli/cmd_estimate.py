@@ -217,5 +217,10 @@ def _print(est: Any, title: str, plan: Any, capacity_factor: float, seq_len: int
         console.print(f"mixture of experts: ep {', '.join(map(str, eps))}; assumes balanced "
                       f"routing with the busiest expert at {capacity_factor:g}× the mean load "
                       "(capacity factor), priced on expert GEMMs and all-to-alls")
+    cps = sorted({plan.cp(p) for p in range(len(plan.pipelines))})
+    if cps != [1]:
+        console.print(f"context parallelism: cp {', '.join(map(str, cps))}; each sequence in "
+                      "2·cp zig-zag chunks (balanced causal attention), K/V ring priced per "
+                      "step against that step's attention, gradients reduced over dp·cp")
     for problem in est.problems:
         console.print(f"[red]infeasible:[/red] {problem}")

@@ -66,7 +66,7 @@ class _Bar:
 
 def _stage_table(plan: Any, est: Any, title: str) -> Table:
     """One block of rows per distinct pipeline shape; identical DP replicas share it."""
-    from planner.report.plan_view import device_chunks, layer_ranges
+    from planner.report.plan_view import device_chunks, layer_ranges, pipelines_label
 
     t = Table(title=title)
     cp = any(st.cp for pipe in plan.pipelines for st in pipe.stages)
@@ -82,7 +82,7 @@ def _stage_table(plan: Any, est: Any, title: str) -> Table:
                tuple((st.layers, st.gpu, st.tp, st.cp, st.recompute) for st in pipe.stages))
         groups.setdefault(key, []).append(p_idx)
     for (microbatches, _), members in groups.items():
-        label = str(members[0]) if len(members) == 1 else f"{len(members)}× ({members[0]}…)"
+        label = pipelines_label(members)
         for k, s in enumerate(by_pipe[members[0]]):
             st = plan.pipelines[s.pipeline].stages[s.stage]
             mem = f"{s.peak_memory_gib:.1f} / {s.memory_capacity_gib:.0f}"

@@ -142,7 +142,10 @@ def estimate(model: Any, cluster: Cluster | None, plan: Plan, *,
         devs = devices[p]
         chunks = [_timing(c, j, sends[p], len(devs), framework.p2p_blocking)
                   for j, c in enumerate(pipe_costs[p])]
-        opt = [sum(c.optimizer_step_s for c in d.costs) / shard for d in devs]
+        keep = (plan.shard_fractions[p] if plan.pipelines[p].shard_fraction is not None
+                and shard > 1 else None)  # None: even shards, 1 / shard
+        opt = [sum(c.optimizer_step_s for c in d.costs) / shard if keep is None
+               else sum(c.optimizer_step_s for c in d.costs) * keep for d in devs]
         # ZeRO-3 prefetches each layer's gather during the previous layer's compute (FSDP,
         # DeepSpeed stage 3): its traffic hides behind the device's whole compute.
         exposed = [max(0.0, sync[p][d.index] - sum(c.fwd_s + c.bwd_s for c in d.costs)
@@ -161,7 +164,7 @@ def estimate(model: Any, cluster: Cluster | None, plan: Plan, *,
             gathered = (_largest_layer_params(graph, plan, d, framework) * 2
                         if zero >= 3 and shard > 1 else 0.0)
             row, problem = _stage_row(plan, d, tl.max_inflight[d.index], len(devs), shard,
-                                      zero, gathered)
+                                      zero, gathered, keep)
             stage_rows.append(row)
             if problem:
                 problems.append(problem)
@@ -209,8 +212,8 @@ def _largest_layer_params(graph: LayerGraph, plan: Plan, d: _Device,
 
 
 def _stage_row(plan: Plan, d: _Device, max_inflight: int, s_count: int,
-               shard: int, zero: int = 1,
-               gathered: float = 0.0) -> tuple[StageEstimate, str | None]:
+               shard: int, zero: int = 1, gathered: float = 0.0,
+               keep: float | None = None) -> tuple[StageEstimate, str | None]:
     v = plan.virtual_stages
     pipe = plan.pipelines[d.pipeline]
     inflight = (max_inflight / v if max_inflight else
@@ -227,18 +230,24 @@ def _stage_row(plan: Plan, d: _Device, max_inflight: int, s_count: int,
         recompute_transient_bytes=max(c.recompute_transient_bytes for c in d.costs),
         recompute_s=sum(c.recompute_s for c in d.costs),
         expert_optimizer_bytes_per_gpu=sum(c.expert_optimizer_bytes_per_gpu for c in d.costs))
-    peak = stage_peak_memory_gib(merged, inflight, shard, zero, gathered, ep=d.ep)
+    peak = stage_peak_memory_gib(merged, inflight, shard, zero, gathered, ep=d.ep,
+                                 fraction=keep)
+    sharded = (2 * (stage_peak_memory_gib(merged, inflight, shard, zero, gathered, ep=d.ep,
+                                          fraction=1.0)
+                    - stage_peak_memory_gib(merged, inflight, shard, zero, gathered, ep=d.ep,
+                                            fraction=0.5)) if shard > 1 else 0.0)
     gpu = d.node.group.gpu
     stages = pipe.stages
     first, last = stages[d.chunks[0]], stages[d.chunks[-1]]
     row = StageEstimate(pipeline=d.pipeline, stage=d.index, gpu=gpu.name, tp=d.tp,
                         layers=(first.layers[0], last.layers[1]), fwd_ms=merged.fwd_s * 1e3,
                         bwd_ms=merged.bwd_s * 1e3, peak_memory_gib=peak,
-                        memory_capacity_gib=gpu.memory_gib,
-                        optimizer_gib=merged.optimizer_bytes_per_gpu / shard / GIB,
+                        memory_capacity_gib=gpu.memory_gib, sharded_gib=sharded,
+                        optimizer_gib=(merged.optimizer_bytes_per_gpu / shard if keep is None
+                                       else merged.optimizer_bytes_per_gpu * keep) / GIB,
                         chunks=tuple(tuple(stages[j].layers) for j in d.chunks),
-                        memory=stage_memory(merged, inflight, shard, zero, gathered, ep=d.ep),
-                        activation_gib=merged.activation_bytes_per_microbatch * inflight / GIB,
+                        memory=stage_memory(merged, inflight, shard, zero, gathered, ep=d.ep,
+                                            fraction=keep),
                         cp=d.cp)
     problem = None
     if peak > gpu.memory_gib:

@@ -60,11 +60,12 @@ class StageEstimate:
     """[start, end) of each model chunk the group holds (one, or V under interleaving)."""
     memory: StageMemory | None = None
     """`peak_memory_gib` by part."""
-    activation_gib: float = 0.0
-    """Activations of the in-flight micro-batches per GPU at the peak: part of
-    `peak_memory_gib` (context parallelism divides it by cp)."""
     cp: int = 1
     """Context-parallel degree (the sequence split over cp GPUs)."""
+    sharded_gib: float = 0.0
+    """The ZeRO-shardable state of one GPU of this stage at its plan's ZeRO stage, before
+    sharding: its memory is `peak_memory_gib` - (its shard fraction) × this + this × (its new
+    fraction) under another `shard_fraction` (the search's Cephalo-style split)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -79,7 +80,6 @@ class StageEstimate:
             "peak_memory_gib": round(self.peak_memory_gib, 6),
             "memory_capacity_gib": round(self.memory_capacity_gib, 6),
             **({"memory_gib": self.memory.to_dict()} if self.memory is not None else {}),
-            "activation_gib": round(self.activation_gib, 6),
             **({"cp": self.cp} if self.cp > 1 else {}),
         }
 

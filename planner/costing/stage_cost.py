@@ -428,15 +428,20 @@ def stage_cost(graph: LayerGraph, start: int, end: int, gpu: GpuSpec, tp: int, m
 
 def stage_peak_memory_gib(cost: StageCost, inflight_microbatches: float,
                           zero1_dp: int = 1, zero: int = 1,
-                          gathered_params: float = 0.0, ep: int = 1) -> float:
+                          gathered_params: float = 0.0, ep: int = 1,
+                          fraction: float | None = None) -> float:
     """Peak memory of one GPU of the stage: model state sharded over `zero1_dp` at ZeRO stage
     `zero` (1: optimizer state, 2: and gradients, 3: and weights, plus `gathered_params` held
     whole at once; routed experts' optimizer state over zero1_dp / ep), activations of the
-    in-flight micro-batches, recompute transient, framework overhead."""
-    shed = 1 - 1 / max(zero1_dp, 1)
+    in-flight micro-batches, recompute transient, framework overhead. `fraction`: the share of
+    the sharded state this GPU keeps (a plan's `shard_fraction`; default 1 / zero1_dp)."""
+    keep = fraction if fraction is not None and zero1_dp > 1 else 1 / max(zero1_dp, 1)
+    shed = 1 - keep
     opt = cost.optimizer_bytes_per_gpu
     expert_opt = cost.expert_optimizer_bytes_per_gpu
     expert_dp = max(zero1_dp // max(ep, 1), 1)
+    if fraction is not None and zero1_dp > 1:
+        expert_dp = 1 / min(1.0, keep * max(ep, 1))  # the expert group's share, scaled alike
     # Weights and gradients are the rest of the state, one half each (2 + 2 B or 4 + 4 B).
     half = (cost.static_bytes_per_gpu - opt) / 2
     per_param = half / cost.params_per_gpu if cost.params_per_gpu else 0.0
@@ -452,12 +457,16 @@ def stage_peak_memory_gib(cost: StageCost, inflight_microbatches: float,
 
 
 def stage_memory(cost: StageCost, inflight_microbatches: float, zero1_dp: int = 1,
-                 zero: int = 1, gathered_params: float = 0.0, ep: int = 1) -> StageMemory:
+                 zero: int = 1, gathered_params: float = 0.0, ep: int = 1,
+                 fraction: float | None = None) -> StageMemory:
     """`stage_peak_memory_gib` by part (same arguments, same arithmetic term by term)."""
-    shed = 1 - 1 / max(zero1_dp, 1)
+    keep = fraction if fraction is not None and zero1_dp > 1 else 1 / max(zero1_dp, 1)
+    shed = 1 - keep
     opt = cost.optimizer_bytes_per_gpu
     expert_opt = cost.expert_optimizer_bytes_per_gpu
     expert_dp = max(zero1_dp // max(ep, 1), 1)
+    if fraction is not None and zero1_dp > 1:
+        expert_dp = 1 / min(1.0, keep * max(ep, 1))
     half = (cost.static_bytes_per_gpu - opt) / 2
     per_param = half / cost.params_per_gpu if cost.params_per_gpu else 0.0
     weights = grads = half

@@ -9,8 +9,8 @@ from planner.schema import Plan
 from planner.simulate import Timeline
 
 __all__ = ["batch_line", "batch_record", "batch_text", "device_chunks", "fold_pipelines",
-           "folded_stage_labels", "layer_ranges", "plan_seq_len", "schedule_label",
-           "stage_labels", "stage_layout", "timeline_to_dict"]
+           "folded_stage_labels", "layer_ranges", "pipelines_label", "plan_seq_len",
+           "schedule_label", "stage_labels", "stage_layout", "timeline_to_dict"]
 
 
 def layer_ranges(ranges: Sequence[tuple[int, int]]) -> str:
@@ -64,7 +64,8 @@ def fold_pipelines(plan: Plan, timelines: Sequence[Timeline]) -> list[list[int]]
     return [members for _, _, members in groups]
 
 
-def _pipes(members: Sequence[int]) -> str:
+def pipelines_label(members: Sequence[int]) -> str:
+    """Pipelines by index: `p3`, `p0–7 ×8`, `p0,2,5 ×3` (the first four, then `…`)."""
     if len(members) == 1:
         return f"p{members[0]}"
     run = members == list(range(members[0], members[-1] + 1))
@@ -81,7 +82,7 @@ def folded_stage_labels(plan: Plan, groups: Sequence[Sequence[int]]) -> list[str
     for members in groups:
         p = members[0]
         for d, st in enumerate(plan.device_groups(p)):
-            head = f"{_pipes(list(members))} stage {d}" if many else f"stage {d}"
+            head = f"{pipelines_label(list(members))} stage {d}" if many else f"stage {d}"
             out.append(f"{head}: {st.gpu} TP{st.tp}, {layer_ranges(device_chunks(plan, p, d))}")
     return out
 

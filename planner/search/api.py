@@ -35,6 +35,7 @@ from planner.search.explain import explain_infeasible
 from planner.search.interleave import interleaved_variant
 from planner.search.result import SearchResult, SearchStats
 from planner.search.seeds import megatron_layouts
+from planner.search.sharding import best_sharding
 
 __all__ = ["plan"]
 
@@ -125,7 +126,12 @@ def plan(model: Any, cluster: Any, *, global_batch_size: int | None = None,
         if p.sequence_parallel and any(graph.seq_len % (st.tp * 2 * (st.cp or 1))
                                        for pipe in p.pipelines for st in pipe.stages):
             return  # the runtime cannot slice this sequence over that TP (plan_check refuses)
-        est = estimate(graph, cluster, p, profiles=profiles, framework=framework)
+        # The ZeRO stage (and uneven shard fractions) chosen by estimate (sharding.py).
+        found = best_sharding(p, lambda q: estimate(graph, cluster, q, profiles=profiles,
+                                                    framework=framework), framework.max_zero)
+        if found is None:
+            return
+        p, est = found
         if est.feasible and (budget_usd_per_hour is None or (
                 est.usd_per_hour is not None
                 and est.usd_per_hour <= budget_usd_per_hour + 1e-9)):
