@@ -7,6 +7,7 @@ per file MAPE, Spearman rank correlation and top-1 regret (and with --rows every
 
 from __future__ import annotations
 
+import csv
 import math
 from pathlib import Path
 from typing import Annotated
@@ -16,6 +17,8 @@ from rich.table import Table
 
 from planner.cli.main import app
 from planner.cli.output import print_json, wide_console
+from planner.errors import HetplanError
+from planner.input_files import clip
 
 __all__ = ["validate"]
 
@@ -34,13 +37,24 @@ def validate(
     json_out: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
     """Accuracy of `estimate` on public measurements: MAPE, Spearman, top-1 regret per file."""
-    from planner.costing.validation import default_data_dir, run_all
+    from planner.costing.validation import DATA_FILES, default_data_dir, run_all
 
     folder = data_dir or default_data_dir()
+    if data_dir is not None and not data_dir.is_dir():
+        raise HetplanError(f"--data-dir {data_dir}: not a directory; give the folder that "
+                           "holds the measurement CSVs")
     if not folder.is_dir():
         print(f"no measurement data at {folder}; pass --data-dir")
         return
-    results = run_all(folder)
+    if not any((folder / name).is_file() for name in DATA_FILES):
+        raise HetplanError(f"--data-dir {folder}: none of the measurement files "
+                           f"({', '.join(DATA_FILES)}) is there")
+    try:
+        results = run_all(folder)
+    except (OSError, ValueError, KeyError, IndexError, csv.Error) as exc:
+        # The files are the user's (--data-dir): a malformed one is bad input, not a bug.
+        raise HetplanError(f"--data-dir {folder}: a measurement file cannot be read "
+                           f"({clip(f'{type(exc).__name__}: {exc}', 200)})") from None
     if json_out:
         print_json({mode: [r.to_dict() for r in reps] for mode, reps in results.items()})
         return

@@ -15,9 +15,12 @@ from planner.costing.validation.common import FileReport, Row, per_framework_rep
 from planner.costing.validation.large_runs import large_run_reports
 from planner.costing.validation.sailor import sailor_reports
 
-__all__ = ["FileReport", "Row", "default_data_dir", "run_all"]
+__all__ = ["DATA_FILES", "FileReport", "Row", "default_data_dir", "run_all"]
 
 MODES = ("analytic", "profiles")
+DATA_FILES = ("amp_measured_plans.csv", "sailor_measured_plans.csv", "torchtitan_a100.csv",
+              "torchtitan_h100.csv", "nemo_h100.csv", "llama3_405b.csv", "historic_runs.csv")
+"""The measurement files `run_all` reads when present."""
 
 
 def default_data_dir() -> Path:
