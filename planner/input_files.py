@@ -63,9 +63,12 @@ def read_text(path: str | Path, where: str, *, what: str, max_bytes: int) -> str
     try:
         st = p.stat()
     except FileNotFoundError:
-        raise SpecError(where, None, f"no such {what} file; check the path") from None
+        raise SpecError(where, None, f"cannot read the {what} file: no such file; check the "
+                        "path") from None
     except OSError as exc:
         raise SpecError(where, None, f"cannot read the {what} file ({exc.strerror})") from None
+    except ValueError:  # a NUL byte in the path
+        raise SpecError(where, None, "not a usable path (it holds a NUL byte)") from None
     if stat.S_ISDIR(st.st_mode):
         raise SpecError(where, None, f"is a directory; give the {what} file inside it")
     if not stat.S_ISREG(st.st_mode):
