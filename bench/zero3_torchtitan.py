@@ -1,6 +1,6 @@
-"""ZeRO-3 against torchtitan's published FSDP2 runs (../shared/data/torchtitan_a100.csv and
-torchtitan_h100.csv: torchtitan's own benchmark tables, whose FSDP2 shards parameters,
-gradients and optimizer state over the DP group, i.e. ZeRO-3).
+"""ZeRO-3 against torchtitan's published FSDP2 runs (torchtitan_a100.csv and
+torchtitan_h100.csv in planner/costing/validation/data: torchtitan's own benchmark tables,
+whose FSDP2 shards parameters, gradients and optimizer state over the DP group, i.e. ZeRO-3).
 
     .venv/bin/python bench/zero3_torchtitan.py
 
@@ -12,13 +12,13 @@ correct memory model calls them all feasible.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import planner.costing.validation.large_runs as lr
 from cost_models.profiles import default_profiles
+from planner.costing.validation import default_data_dir
 
-DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
+DATA = default_data_dir()
 _megatron_plan = lr.megatron_plan
 
 

@@ -49,10 +49,16 @@ def dp_sync_bytes_per_param(dtype_bytes: int, zero: int, microbatches: int = 1) 
     and -2 the all-gather carries the updated `dtype_bytes` weights instead of fp32 gradients.
     ZeRO-3 (FSDP, DeepSpeed stage 3) gathers the weights before each layer's forward and again
     before its backward, and reduce-scatters its gradients, for every micro-batch (Rajbhandari
-    et al., SC'20, §7.2.2: 1.5× the all-reduce volume at one micro-batch).
+    et al., SC'20, §7.2.2: 1.5× the all-reduce volume at one micro-batch). ZeRO-2 keeps only
+    its gradient shard, so it reduce-scatters every micro-batch's gradients.
     """
     if zero >= 3:
         return microbatches * (GRAD_REDUCE_BYTES + 2 * dtype_bytes) / 2
+    if zero == 2:
+        # Only a shard of the gradients is kept, so each micro-batch's are reduce-scattered
+        # as they are produced (DeepSpeed stage 2 reduces every micro-step; hetplan's runtime,
+        # FSDP2 with weights kept gathered through the step, the same); weights once.
+        return (microbatches * GRAD_REDUCE_BYTES + dtype_bytes) / 2
     return (GRAD_REDUCE_BYTES + dtype_bytes) / 2 if zero else GRAD_REDUCE_BYTES
 
 

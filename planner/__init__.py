@@ -1,8 +1,8 @@
 """hetplan's Python API: the same objects the CLI uses.
 
     import planner
-    model = planner.load_model("configs/models/llama3-70b.yaml")
-    cluster = planner.load_cluster("configs/clusters/lab-mixed.yaml")
+    model = planner.load_model("llama3-70b"       # or a YAML / config.json path)
+    cluster = planner.load_cluster("lab-mixed"     # planner/configs/clusters/, or a path)
     result = planner.plan(model, cluster, global_batch_size=1024)
     est = planner.estimate(model, cluster, result.best)
 
@@ -13,6 +13,9 @@ from __future__ import annotations
 
 import importlib
 from typing import Any
+
+__version__ = "0.1.0"
+"""The package version (pyproject.toml reads it from here)."""
 
 __all__ = [
     "HetplanError",

@@ -23,6 +23,7 @@ from planner.limits import (
     MAX_MICROBATCHES,
     limit_text,
 )
+from planner.outfile import write_output
 
 __all__ = ["SCHEMA", "Pipeline", "Plan", "RankInfo", "Stage"]
 
@@ -49,6 +50,12 @@ class Stage(_Frozen):
     """Expert parallelism (mixture-of-experts models): this stage's routed experts are split
     over the same stage of `ep` consecutive pipelines (pipelines [k·ep, (k+1)·ep)), which
     exchange tokens by all-to-all. None (written for dense plans) means 1."""
+    cp: int | None = Field(default=None, ge=1, le=MAX_DEGREE)
+    """Context parallelism: the sequence of each sample is split over the same stage of `cp`
+    consecutive pipelines (pipelines [k·cp, (k+1)·cp), a cp-block), which run the same samples,
+    each on 2 of 2·cp sequence chunks (zig-zag: chunks i and 2·cp-1-i, so causal attention
+    work balances), exchanging keys and values in attention. Every stage of a pipeline has
+    the same cp. None (written when 1) means 1."""
 
     @model_validator(mode="after")
     def _check(self) -> Stage:
@@ -67,6 +74,11 @@ class Pipeline(_Frozen):
 
     microbatches: int = Field(ge=1, le=MAX_MICROBATCHES)
     stages: tuple[Stage, ...] = Field(min_length=1, max_length=MAX_LAYERS + 2)
+    shard_fraction: float | None = Field(default=None, gt=0, le=1)
+    """This replica's share of the ZeRO-sharded state of each layer it holds (absent: an even
+    1 / pipelines). Decoupled from its batch share (`microbatches`, which follows speed): a GPU's
+    shard can follow its memory instead (Cephalo, 2024, heterogeneous FSDP). Given on every
+    pipeline or none, summing to 1."""
 
 
 class RankInfo(_Frozen):
@@ -118,6 +130,17 @@ class Plan(_Frozen):
         """The ZeRO stage in force (`zero`, at least 1 under `zero1`)."""
         return max(self.zero, 1 if self.zero1 else 0)
 
+    def cp(self, pipeline: int) -> int:
+        """Context-parallel degree of a pipeline (its cp-block's size)."""
+        return self.pipelines[pipeline].stages[0].cp or 1
+
+    @property
+    def shard_fractions(self) -> tuple[float, ...]:
+        """Each pipeline's share of the ZeRO-sharded state (even when the plan gives none)."""
+        n = len(self.pipelines)
+        return tuple(p.shard_fraction if p.shard_fraction is not None else 1 / n
+                     for p in self.pipelines)
+
     @property
     def num_layers(self) -> int:
         return self.pipelines[0].stages[-1].layers[1]
@@ -138,7 +161,7 @@ class Plan(_Frozen):
     def save(self, path: str | Path) -> None:
         if self.model is None or self.cluster is None:
             raise SpecError(str(path), None, "a plan file must embed its model and cluster specs")
-        Path(path).write_text(self.to_json())
+        write_output(path, self.to_json())
 
     @classmethod
     def from_dict(cls, data: Any, where: str = "plan") -> Plan:
@@ -186,7 +209,8 @@ def _check_counts(data: dict[str, Any]) -> None:
             if not isinstance(st, dict):
                 continue
             where = f"pipelines.{p}.stages.{s}"
-            found += [(f"{where}.tp", st.get("tp")), (f"{where}.ep", st.get("ep"))]
+            found += [(f"{where}.tp", st.get("tp")), (f"{where}.ep", st.get("ep")),
+                      (f"{where}.cp", st.get("cp"))]
             for key in ("layers", "ranks"):
                 items = st.get(key)
                 found += [(f"{where}.{key}.{i}", v) for i, v in
@@ -230,6 +254,55 @@ def _check_expert_groups(plan: Plan) -> None:
                                      "pipelines need identical stages and micro-batch counts")
 
 
+def _cp_shape(pipe: Pipeline) -> tuple[Any, ...]:
+    return (pipe.microbatches, tuple((st.layers, st.tp, st.cp, st.recompute)
+                                     for st in pipe.stages))
+
+
+def _check_context_groups(plan: Plan) -> None:
+    """A pipeline's stages share one cp; a cp-block's pipelines run in lockstep on the same
+    samples: identical stages (layers, TP, recompute) and micro-batch counts."""
+    n_pipes = len(plan.pipelines)
+    for p_idx, pipe in enumerate(plan.pipelines):
+        cp = pipe.stages[0].cp or 1
+        where = f"pipelines.{p_idx}"
+        for s_idx, st in enumerate(pipe.stages):
+            if (st.cp or 1) != cp:
+                raise ValueError(f"{where}.stages.{s_idx}: cp {st.cp or 1} but stage 0 has cp "
+                                 f"{cp}; every stage of a pipeline splits the sequence the "
+                                 "same way")
+            if (st.ep or 1) > 1 and cp > 1:
+                raise ValueError(f"{where}.stages.{s_idx}: ep {st.ep} with cp {cp} is not "
+                                 "supported; use ep 1 or cp 1")
+        if cp == 1:
+            continue
+        first = p_idx // cp * cp
+        if first + cp > n_pipes:
+            raise ValueError(f"{where}: cp {cp} needs pipelines {first}..{first + cp - 1} but "
+                             f"the plan has {n_pipes}; use a cp that divides the number of "
+                             "pipelines")
+        if _cp_shape(plan.pipelines[first]) != _cp_shape(pipe):
+            raise ValueError(f"{where}: cp {cp} groups it with pipeline {first}, whose stages "
+                             "or micro-batches differ; context-parallel pipelines need "
+                             "identical stages and micro-batch counts")
+
+
+def _check_fractions(plan: Plan) -> None:
+    fractions = [p.shard_fraction for p in plan.pipelines]
+    given = [f for f in fractions if f is not None]
+    if not given:
+        return
+    if len(given) != len(fractions):
+        missing = next(i for i, f in enumerate(fractions) if f is None)
+        raise ValueError(f"pipelines.{missing}: shard_fraction missing; give it on every "
+                         "pipeline or on none")
+    if plan.zero_stage == 0:
+        raise ValueError("shard_fraction needs ZeRO (zero >= 1): without it nothing is sharded")
+    if abs(sum(given) - 1.0) > 1e-6:
+        shown = " + ".join(f"{f:g}" for f in given)
+        raise ValueError(f"shard_fraction {shown} = {sum(given):.6g}, must sum to 1")
+
+
 def _check_structure(plan: Plan) -> None:
     """Cross-field rules; raises ValueError (pydantic turns it into a field error)."""
     n_layers = plan.num_layers
@@ -237,6 +310,7 @@ def _check_structure(plan: Plan) -> None:
     if v > 1 and plan.schedule != "interleaved":
         raise ValueError(f"virtual_stages is {v} but schedule is {plan.schedule!r}; "
                          "use schedule 'interleaved' or virtual_stages 1")
+    _check_fractions(plan)
     used: dict[int, str] = {}
     for p_idx, pipe in enumerate(plan.pipelines):
         where = f"pipelines.{p_idx}"
@@ -270,9 +344,12 @@ def _check_structure(plan: Plan) -> None:
             raise ValueError(f"{where}: {pipe.microbatches} micro-batches < {groups} stages; "
                              f"interleaved needs at least one micro-batch per stage")
     _check_expert_groups(plan)
-    total = sum(p.microbatches for p in plan.pipelines) * plan.micro_batch_size
+    _check_context_groups(plan)
+    # A cp-block's pipelines share their samples: each block counts once.
+    firsts = [p for i, p in enumerate(plan.pipelines) if i % (p.stages[0].cp or 1) == 0]
+    total = sum(p.microbatches for p in firsts) * plan.micro_batch_size
     if total != plan.global_batch_size:
-        mbs = " + ".join(str(p.microbatches) for p in plan.pipelines)
+        mbs = " + ".join(str(p.microbatches) for p in firsts)
         raise ValueError(f"micro-batches ({mbs}) × micro_batch_size {plan.micro_batch_size} = "
                          f"{total} ≠ global_batch_size {plan.global_batch_size}")
     table = {r.rank: r for r in plan.ranks}

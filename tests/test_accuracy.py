@@ -1,7 +1,8 @@
-"""The issue's accuracy targets on the public measurements in ../shared/data.
+"""The issue's accuracy targets on the public measurements shipped with hetplan
+(planner/costing/validation/data, sources in its README.md).
 
-Skipped when the data folder is absent. Targets not yet met are strict xfails with the figure
-we reach, so a model change that meets them turns them into failures to update.
+Targets not yet met are strict xfails with the figure we reach, so a model change that meets
+them turns them into failures to update.
 """
 
 from __future__ import annotations
@@ -12,8 +13,6 @@ from planner.costing.validation import default_data_dir, run_all
 from planner.costing.validation.common import FileReport
 
 DATA = default_data_dir()
-pytestmark = pytest.mark.skipif(not (DATA / "amp_measured_plans.csv").exists(),
-                                reason=f"public measurements not found at {DATA}")
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +57,7 @@ def test_sailor_heterogeneous_rank(reports: dict) -> None:
 
 
 def test_mit_network_rate_matches_sailors_gradient_reduction_times() -> None:
-    """configs/clusters/mit-het.yaml gives 1 Gbit/s between nodes. The evidence is not the
+    """planner/configs/clusters/mit-het.yaml gives 1 Gbit/s between nodes. The evidence is not the
     iteration times but Sailor's own `red_grads_field`: for the data-parallel plans whose
     replicas run at similar speed it equals the DP all-reduce time we predict at 1 Gbit/s to
     within 15 % (0.87-1.14x; at 10 Gbit/s it would be ~10x too fast)."""

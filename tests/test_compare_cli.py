@@ -68,10 +68,15 @@ def test_whatif_before_after_equal_plans(tiny, capsys) -> None:
     assert code == 0, err
     data = json.loads(out)
     base = load_cluster("amp-t4")
-    _, est_before = _expected(tiny, base)
+    # --price applies before too: the "before" plan is priced on T4 at 0.5 as well.
+    repriced, _ = edit_cluster(base.spec, price=["t4=0.5"])
+    best_before, est_before = _expected(tiny, cluster_from_dict(repriced))
     spec, notes = edit_cluster(base.spec, add=["4 A100"], price=["t4=0.5"])
     _, est_after = _expected(tiny, cluster_from_dict(spec))
-    assert data["edits"] == notes
+    assert data["edits"] == [*notes, "the same prices apply before, so $ figures compare"]
+    assert data["before"]["usd_per_hour"] == pytest.approx(0.5 * len(best_before.ranks))
+    assert data["before"]["cluster_usd_per_hour"] == pytest.approx(16 * 0.5)
+    assert data["cluster_before"] == cluster_from_dict(repriced).spec
     assert data["cluster_after"] == cluster_from_dict(spec).spec
     assert data["before"]["tokens_per_s"] == pytest.approx(est_before.tokens_per_s, abs=1e-6)
     assert data["after"]["tokens_per_s"] == pytest.approx(est_after.tokens_per_s, abs=1e-6)
@@ -104,3 +109,12 @@ def test_compare_infeasible_cluster_is_a_row(capsys) -> None:
     # 70 B parameters × 16 B of model state do not fit in 16 T4 × 16 GiB.
     assert row["feasible"] is False and "GiB" in row["problem"]
     assert row["tokens_per_s"] is None and row["gpus_available"] == {"T4": 16}
+
+
+def test_compare_notes_infeasible_clusters_in_table_and_plot(tmp_path, capsys) -> None:
+    svg = tmp_path / "p.svg"
+    code, out, err = _run(["compare", "llama3-70b", "amp-t4", "--global-batch", "64", "--plot",
+                           str(svg)], capsys)
+    assert code == 0, err
+    assert "no feasible plan" in out and "amp-t4" in out
+    assert "no feasible plan: amp-t4" in svg.read_text()

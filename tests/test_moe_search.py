@@ -11,6 +11,7 @@ from functools import cache
 from cost_models.memory import FRAMEWORK_OVERHEAD_GIB, GIB
 from planner.cluster import cluster_from_dict, load_cluster
 from planner.costing.estimate import estimate
+from planner.costing.framework import DEFAULT_FRAMEWORK
 from planner.graph import load_model
 from planner.graph.extract import extract
 from planner.graph.spec import ModelSpec
@@ -113,7 +114,10 @@ def test_planner_with_ep_never_worse_than_brute_force() -> None:
 
 
 def test_mixtral_on_dgx_a100_is_feasible_with_ep() -> None:
+    # Sharding limited to ZeRO-1 (a runtime without FSDP, such as Megatron's distributed
+    # optimizer): with ZeRO-3 the estimate prefers plain FSDP over 64 GPUs for this model.
     model = load_model("mixtral-8x7b")
-    result = plan(model, load_cluster("dgx-a100"), top_k=1)
+    result = plan(model, load_cluster("dgx-a100"), top_k=1,
+                  framework=dataclasses.replace(DEFAULT_FRAMEWORK, max_zero=1))
     assert result.estimates[0].feasible
     assert any((st.ep or 1) > 1 for pipe in result.best.pipelines for st in pipe.stages)

@@ -74,3 +74,51 @@ def test_bad_requests() -> None:
         draw_gantt(_timeline(), "out.jpg")
     with pytest.raises(ValueError, match="2 row labels for 4 rows"):
         gantt_figure(_timeline(), ["a", "b"])
+
+
+def test_identical_replicas_fold_and_128_microbatches_stay_readable(tmp_path, capsys) -> None:
+    """16 T4 as 4 identical pipelines of 4 stages, 128 micro-batches each: the chart shows one
+    pipeline's 4 rows marked ×4, with no per-micro-batch numbers, at a bounded size."""
+    import struct
+
+    from matplotlib.text import Text
+
+    from planner.cli.cmd_simulate import simulate_plan
+    from planner.cluster import load_cluster
+    from planner.costing import megatron_plan
+    from planner.graph import load_model
+    from planner.report.plan_view import fold_pipelines, folded_stage_labels
+    from tests.cli import run_cli
+
+    plan = megatron_plan(load_model("tiny"), load_cluster("amp-t4"), tp=1, pp=4, dp=4,
+                         micro_batch=1, global_batch=512)
+    assert [p.microbatches for p in plan.pipelines] == [128] * 4
+    path = tmp_path / "p.json"
+    plan.save(path)
+    png = tmp_path / "g.png"
+    code, _, err = run_cli(["simulate", str(path), "--gantt", str(png)], capsys)
+    assert code == 0, err
+    width, height = struct.unpack(">II", png.read_bytes()[16:24])  # PNG IHDR
+    # 4 rows: about 1.6 + 4 × 0.55 in at 120 dpi; 16 unfolded rows would be ~1250 px tall.
+    assert height < 700 and width < 2000, (width, height)
+
+    _, _, timelines = simulate_plan(path)
+    groups = fold_pipelines(plan, timelines)
+    assert groups == [[0, 1, 2, 3]]
+    labels = folded_stage_labels(plan, groups)
+    assert labels[0].startswith("p0–3 ×4 stage 0: T4 TP1, L0")
+    fig = gantt_figure([timelines[0]], labels, counts=[4])
+    texts = [t for t in fig.findobj(Text) if t.get_text()]
+    # Tick labels, axis labels, title, legend: tens; one per micro-batch would be ~1000.
+    assert len(texts) < 60, len(texts)
+    assert not [t for t in texts if t.get_text().isdigit() and t.get_fontsize() == 6]
+    assert "4 pipelines" in fig.axes[0].get_title()
+
+
+def test_micro_batch_numbers_on_sparse_charts() -> None:
+    from matplotlib.text import Text
+
+    sparse = simulate([StageTiming(1.0, 2.0, 0.0, j) for j in range(2)], 4)
+    numbers = [t for t in gantt_figure(sparse).findobj(Text) if t.get_text().isdigit()
+               and t.get_fontsize() == 6]
+    assert len(numbers) == 2 * 2 * 4  # 2 devices × (forward + backward) × 4 micro-batches

@@ -41,6 +41,22 @@ def test_matches_brute_force(seed: int) -> None:
     assert [costs[i] for i in front] == sorted(costs[i] for i in front)
 
 
+def test_plot_places_cost_per_token_and_notes_what_is_missing() -> None:
+    from planner.report.pareto import pareto_figure
+
+    fig = pareto_figure(["a", "b", "c"], [0.5, 0.25, None], [5.0, 9.0, 3.0],
+                        usd_per_hour=[2.0, 4.0, None], infeasible=["d"])
+    ax = fig.axes[0]
+    assert "per 1M tokens" in ax.get_xlabel()
+    # b is cheaper per token and faster: alone on the front, a dominated.
+    front = ax.get_lines()[0]
+    assert list(front.get_xdata()) == [0.25] and list(front.get_ydata()) == [9.0]
+    assert [list(p) for p in ax.collections[0].get_offsets()] == [[0.5, 5.0]]
+    texts = [t.get_text() for t in ax.texts]
+    assert "b ($4.00/h)" in texts
+    assert "no price: c\nno feasible plan: d" in texts
+
+
 def test_plot_is_written(tmp_path: Path) -> None:
     out = draw_pareto(["a", "b", "c"], [1.0, 2.0, None], [5.0, 9.0, 3.0], tmp_path / "p.png")
     data = out.read_bytes()

@@ -33,7 +33,7 @@ def test_json_matches_estimate_and_charts_are_written(plan_file, tmp_path, capsy
     data = json.loads(out)
     assert data["iteration_time_s"] == pytest.approx(est.iteration_time_s, abs=1e-9)
     assert len(data["pipelines"]) == 2
-    assert data["stages"][0] == "p0 stage 0: A100-SXM4-80GB TP1, layers 0-1"
+    assert data["stages"][0] == "p0 stage 0: A100-SXM4-80GB TP1, L0–1"
     for p, tl in enumerate(est.timeline):
         got = data["pipelines"][p]
         assert got["makespan_s"] == pytest.approx(tl.makespan_s, abs=1e-9)

@@ -16,6 +16,7 @@ from rich.table import Table
 from planner.cli.main import app
 from planner.cli.options import FrameworkOption
 from planner.cli.output import console, print_json
+from planner.outfile import check_output
 
 __all__ = ["calibrate"]
 
@@ -33,6 +34,7 @@ def calibrate(
     """Refit one achievable-efficiency scale per GPU type from measured iteration times."""
     from planner.costing.calibrate import fit, load_runs, write_calibration
 
+    check_output(out, "--out")  # before the fit, not after it
     runs = load_runs(runs_file)
     result = fit(runs, framework)
     write_calibration(out, result, runs_file)

@@ -18,10 +18,13 @@ from planner.cli.options import (
     CalibrationOption,
     FrameworkOption,
     ProfilesOption,
+    SeqLenOption,
     load_profiles,
+    parse_seq_len,
     use_calibration,
 )
 from planner.cli.output import console, print_json, wide_console
+from planner.cli.progress import spinner
 from planner.limits import MAX_GLOBAL_BATCH
 
 __all__ = ["compare", "duration"]
@@ -50,10 +53,12 @@ def compare(
         "--objective", help="What each cluster's plan optimises: throughput | cost.")
     ] = "throughput",
     plot: Annotated[Path | None, typer.Option(
-        "--plot", help="Throughput vs $/h with the Pareto front (.png or .svg).")] = None,
+        "--plot", help="Throughput vs $ per 1M tokens with the Pareto front (.png or .svg).")
+    ] = None,
     framework: FrameworkOption = None,
     calibration: CalibrationOption = None,
     profiles: ProfilesOption = None,
+    seq_len: SeqLenOption = None,
     json_out: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
     """Best plan of MODEL on each CLUSTER, ranked by throughput, with costs."""
@@ -61,33 +66,49 @@ def compare(
     from planner.costing.framework import framework_named
     from planner.report.compare import compare as run_compare
     from planner.report.compare import parse_tokens
+    from planner.report.figure import check_figure_path
     from planner.report.pareto import draw_pareto
 
+    if plot is not None:
+        check_figure_path(plot, "--plot")  # before planning every cluster, not after
     use_calibration(calibration)
     fw = framework_named(framework)
     measured = load_profiles(profiles)
     train_tokens = parse_tokens(tokens) if tokens is not None else None
-    graph = planner.load_model(model)
+    graph = planner.load_model(model, seq_len=parse_seq_len(seq_len))
     loaded = []
     for arg in clusters:
         c = planner.load_cluster(arg)
         name = c.name if c.name not in [n for n, _ in loaded] else arg
         loaded.append((name, c))
-    rows = run_compare(graph, loaded, global_batch_size=global_batch, tokens=train_tokens,
-                       objective=objective, framework=fw, profiles=measured)
+    with spinner(f"planning {_model_name(graph, model)} on {len(loaded)} cluster(s)",
+                 enabled=not json_out):
+        rows = run_compare(graph, loaded, global_batch_size=global_batch, tokens=train_tokens,
+                           objective=objective, framework=fw, profiles=measured)
     if plot is not None:
         ok = [r for r in rows if r.feasible]
-        draw_pareto([r.cluster for r in ok], [r.usd_per_hour for r in ok],
-                    [r.tokens_per_s or 0.0 for r in ok], plot, title=_model_name(graph, model))
+        draw_pareto([r.cluster for r in ok], [r.usd_per_million_tokens for r in ok],
+                    [r.tokens_per_s or 0.0 for r in ok], plot, title=_model_name(graph, model),
+                    usd_per_hour=[r.usd_per_hour for r in ok],
+                    infeasible=[r.cluster for r in rows if not r.feasible])
     if json_out:
         print_json([r.to_dict() for r in rows])
         return
     wide_console(150).print(_table(rows, _model_name(graph, model), train_tokens))
+    console.print(_batch(rows, graph.seq_len))
     for r in rows:
         if not r.feasible:
             console.print(f"[yellow]{r.cluster}[/]: no plan: {r.problem}")
     if plot is not None:
         console.print(f"wrote {plot}")
+
+
+def _batch(rows: list[Any], seq_len: int) -> str:
+    """The batch every cluster's plan shares (its micro-batch is a column of the table)."""
+    from planner.report.plan_view import batch_text
+
+    gbs = next((r.global_batch_size for r in rows if r.feasible), None)
+    return f"seq_len {seq_len:,}" if gbs is None else batch_text(seq_len, gbs)
 
 
 def _model_name(graph: Any, arg: str) -> str:
@@ -100,13 +121,14 @@ def _table(rows: list[Any], model: str, train_tokens: float | None) -> Table:
     cols = ["#", "cluster", "tokens/s", "iter s", "MFU", "$/h", "$/1M tok"]
     if train_tokens:
         cols += [f"time for {_count(train_tokens)} tok", "cost"]
-    cols += ["GPUs used", "stages×DP"]
+    cols += ["GPUs used", "stages×DP", "µbatch"]
     for c in cols:
         table.add_column(c, justify="left" if c in ("cluster", "GPUs used") else "right",
                          no_wrap=c != "GPUs used")
     for i, r in enumerate(rows, 1):
         if not r.feasible:
-            table.add_row(str(i), r.cluster, "infeasible", *["-"] * (len(cols) - 3))
+            table.add_row(str(i), r.cluster, "[yellow]no feasible plan[/]",
+                          *["-"] * (len(cols) - 3))
             continue
         cells = [str(i), r.cluster, f"{r.tokens_per_s:,.0f}", f"{r.iteration_time_s:.3f}",
                  f"{r.mfu:.1%}", _money(r.usd_per_hour), _money(r.usd_per_million_tokens, 4)]
@@ -114,7 +136,7 @@ def _table(rows: list[Any], model: str, train_tokens: float | None) -> Table:
             cells += [duration(r.train_time_s), _money(r.train_cost_usd, 0)]
         used = ", ".join(f"{t} {n}/{r.gpus_available.get(t, 0)}"
                          for t, n in r.gpus_used.items())
-        cells += [used, f"{r.stages}×{r.pipelines}"]
+        cells += [used, f"{r.stages}×{r.pipelines}", str(r.micro_batch_size)]
         table.add_row(*cells)
     return table
 

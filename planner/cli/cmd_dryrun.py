@@ -21,6 +21,7 @@ from planner.cli.main import app
 from planner.cli.options import finite_option
 from planner.cli.output import console, print_json
 from planner.cli.plan_file import load_checked, refuse_infeasible
+from planner.cli.progress import spinner
 
 __all__ = ["dryrun"]
 
@@ -45,6 +46,12 @@ def dryrun(
     allow_infeasible: Annotated[bool, typer.Option(
         "--allow-infeasible", help="Run a plan that does not fit its GPUs' memory anyway "
         "(dryrun runs it at a tiny width).")] = False,
+    save_checkpoint: Annotated[Path | None, typer.Option(
+        "--save-checkpoint", help="Save a checkpoint into this folder after the last step "
+        "(DCP, by global name: a plan of other TP/PP/DP can resume it).")] = None,
+    resume: Annotated[Path | None, typer.Option(
+        "--resume", help="Continue from a checkpoint of the same model (any plan); the "
+        "reference trains the earlier steps itself, uninterrupted.")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
     """Run a plan on this CPU (gloo, tiny width) and check it against a one-process reference."""
@@ -56,8 +63,12 @@ def dryrun(
     if not allow_infeasible:
         refuse_infeasible(checked, "dryrun")
     try:
-        res = run_dryrun(checked.plan, steps=steps, max_ranks=max_ranks, timeout_s=timeout_s,
-                         memory_gib=memory_gib)
+        with spinner(f"dry run of {plan_file}", enabled=not json_out):
+            res = run_dryrun(
+                checked.plan, steps=steps, max_ranks=max_ranks, timeout_s=timeout_s,
+                memory_gib=memory_gib,
+                save_checkpoint=None if save_checkpoint is None else str(save_checkpoint),
+                resume=None if resume is None else str(resume))
     except WorkerError as exc:
         typer.echo(f"error: dryrun failed: {exc}", err=True)
         raise typer.Exit(1) from None
@@ -75,11 +86,13 @@ def dryrun(
         table = Table(title=f"dryrun of {plan_file}")
         for col in ("step", "loss", "reference loss", "difference"):
             table.add_column(col, justify="right")
-        for i, (a, b) in enumerate(zip(res.losses, res.reference_losses, strict=True), 1):
+        for i, (a, b) in enumerate(zip(res.losses, res.reference_losses, strict=True),
+                                   res.first_step + 1):
             table.add_row(str(i), f"{a:.6f}", f"{b:.6f}", f"{abs(a - b):.2e}")
         console.print(table)
         verdict = "[green]ok[/green]" if res.ok else "[red]MISMATCH[/red]"
-        console.print(f"max |grad diff| {res.max_grad_diff:.2e}, max |loss diff| "
+        console.print(f"max |grad diff| {res.max_grad_diff:.2e}, max |param diff| "
+                      f"{res.max_param_diff:.2e}, max |loss diff| "
                       f"{res.max_loss_diff:.2e} (tolerance {TOLERANCE:.0e}): {verdict}  "
                       f"[{res.wall_s:.1f} s]")
     if not res.ok:

@@ -3,9 +3,9 @@
     hetplan estimate MODEL CLUSTER --tp 4 --pp 2 --dp 2 --micro-batch 2 --global-batch 64
     hetplan estimate PLAN.json [--json]
 
-With flags, ranks follow Megatron's order over the cluster file's nodes (TP fastest, then DP,
-then PP). Prints iteration time, throughput, MFU, cost and per-stage time and memory. Exit status 3
-when the plan does not fit its GPUs (the numbers are printed), 2 for a bad input.
+With flags, ranks follow Megatron's order over the cluster file's nodes (TP fastest, then CP,
+then DP, then PP). Prints iteration time, throughput, MFU, cost and per-stage time and memory.
+Exit status 3 when the plan does not fit its GPUs (the numbers are printed), 2 for a bad input.
 """
 
 from __future__ import annotations
@@ -21,11 +21,13 @@ from planner.cli.options import (
     CalibrationOption,
     FrameworkOption,
     ProfilesOption,
+    SeqLenOption,
     finite_option,
     load_profiles,
+    parse_seq_len,
     use_calibration,
 )
-from planner.cli.output import console, print_json
+from planner.cli.output import console, print_json, wide_console
 from planner.cli.plan_file import is_plan_file, load_checked
 from planner.errors import HetplanError
 from planner.limits import MAX_DEGREE, MAX_GLOBAL_BATCH, MAX_LAYERS
@@ -44,7 +46,7 @@ def _layers(text: str | None) -> list[int] | None:
 
 
 def _from_flags(model_arg: str, cluster_arg: str, *, tp: int, pp: int, dp: int | None,
-                global_batch: int | None, layers_per_stage: str | None,
+                global_batch: int | None, layers_per_stage: str | None, seq_len: int | None,
                 **plan_opts: Any) -> tuple[Any, Any, Any]:
     """Model, cluster and the Megatron-style plan the flags describe; `plan_opts` go to
     megatron_plan as they are (micro_batch, recompute, schedule, ...)."""
@@ -52,9 +54,9 @@ def _from_flags(model_arg: str, cluster_arg: str, *, tp: int, pp: int, dp: int |
     from planner.costing import megatron_plan
     from planner.graph import load_model
 
-    model = load_model(model_arg)
+    model = load_model(model_arg, seq_len=seq_len)
     cluster = load_cluster(cluster_arg)
-    dp = dp or max(1, cluster.world_size // (tp * pp))
+    dp = dp or max(1, cluster.world_size // (tp * pp * plan_opts.get("cp", 1)))
     gbs = global_batch or (model.spec.training.global_batch_size
                            if model.spec is not None else None)
     if gbs is None:
@@ -64,16 +66,29 @@ def _from_flags(model_arg: str, cluster_arg: str, *, tp: int, pp: int, dp: int |
     return model, cluster, plan
 
 
-def _table(est: Any, title: str) -> Table:
-    t = Table(title=title)
-    for col in ("pipe", "stage", "GPU", "TP", "layers", "fwd ms", "bwd ms", "memory GiB"):
+def _table(est: Any, title: str, plan: Any) -> Table:
+    """Per stage: time, and memory per GPU by part (GiB) adding up to the peak."""
+    from planner.report.plan_view import device_chunks, layer_ranges
+
+    t = Table(title=title, caption="GiB per GPU: weights + grads + optimizer + activations + "
+              "other (recompute transient, framework overhead) = peak, of capacity")
+    # Context parallelism's column appears when a stage uses it (its point is the memory).
+    cp = any(s.cp > 1 for s in est.stages)
+    for col in ("pipe", "stage", "GPU", "TP", *(("CP",) if cp else ()), "layers", "fwd ms",
+                "bwd ms", "weights", "grads", "optim", "activ", "other", "peak GiB"):
         t.add_column(col, justify="right" if col not in ("GPU", "layers") else "left")
     for s in est.stages:
         mem = f"{s.peak_memory_gib:.1f} / {s.memory_capacity_gib:.0f}"
         if s.peak_memory_gib > s.memory_capacity_gib:
             mem = f"[red]{mem}[/red]"
+        m = s.memory
+        parts = ([f"{x:.2f}" for x in (m.weights_gib, m.gradients_gib, m.optimizer_gib,
+                                       m.activations_gib, m.other_gib)]
+                 if m is not None else ["-"] * 5)
         t.add_row(str(s.pipeline), str(s.stage), s.gpu, str(s.tp),
-                  f"[{s.layers[0]}, {s.layers[1]})", f"{s.fwd_ms:.2f}", f"{s.bwd_ms:.2f}", mem)
+                  *((str(s.cp),) if cp else ()),
+                  layer_ranges(device_chunks(plan, s.pipeline, s.stage)), f"{s.fwd_ms:.2f}",
+                  f"{s.bwd_ms:.2f}", *parts, mem)
     return t
 
 
@@ -108,6 +123,10 @@ def estimate(
         help="Expert parallelism (mixture-of-experts "
                                     "models): experts split over groups of ep DP replicas.")
                   ] = 1,
+    cp: Annotated[int, typer.Option("--cp", min=1, max=MAX_DEGREE,
+                                    help="Context parallelism: each sequence split over cp "
+                                    "GPUs (zig-zag chunks, K/V ring in attention); uses "
+                                    "tp·cp·pp·dp GPUs.")] = 1,
     capacity_factor: Annotated[float, typer.Option(
         "--capacity-factor", callback=finite_option,
         help="MoE: the busiest expert's load over the balanced one.")
@@ -122,11 +141,17 @@ def estimate(
     profiles_files: ProfilesOption = None,
     framework: FrameworkOption = None,
     calibration: CalibrationOption = None,
+    seq_len_text: SeqLenOption = None,
     json_out: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
-    """Predict iteration time, throughput, MFU, $ and per-stage memory of a given plan."""
+    """Predict iteration time, throughput, MFU, $ and per-stage memory of a given plan.
+
+    With a plan file, --seq-len re-prices the plan's layout and batch at that length (a
+    notice says so); `hetplan plan --seq-len N` finds the best layout for it.
+    """
     from planner.costing import estimate as run_estimate
     from planner.costing.framework import framework_named
+    from planner.report.plan_view import batch_record
 
     if capacity_factor < 1.0:
         raise HetplanError(f"--capacity-factor {capacity_factor}: must be >= 1 (the busiest "
@@ -141,11 +166,12 @@ def estimate(
     if zero is not None and zero1 and zero != 1:
         raise HetplanError(f"--zero1 and --zero {zero} disagree; give one of them")
     zero_stage = zero if zero is not None else (1 if zero1 else 0)
+    seq_len = parse_seq_len(seq_len_text)
     profiles = load_profiles(profiles_files, shipped=not no_profiles)
     if is_plan_file(model_or_plan) or (model_or_plan.endswith(".json") and cluster is None):
         # A plan, priced on the cluster it embeds or on CLUSTER (checked against it).
-        checked = load_checked(model_or_plan, cluster)
-        plan = checked.plan
+        checked = load_checked(model_or_plan, cluster, seq_len=seq_len)
+        plan, graph = checked.plan, checked.graph
         est = run_estimate(None, checked.cluster, plan, profiles=profiles,
                            framework=framework_named(framework, plan.predicted),
                            capacity_factor=capacity_factor)
@@ -155,27 +181,33 @@ def estimate(
             raise HetplanError("estimate needs MODEL CLUSTER and flags, or a PLAN.json")
         model, cl, plan = _from_flags(
             model_or_plan, cluster, tp=tp, pp=pp, dp=dp, global_batch=global_batch,
-            layers_per_stage=layers_per_stage, micro_batch=micro_batch, recompute=recompute,
+            layers_per_stage=layers_per_stage, seq_len=seq_len, micro_batch=micro_batch,
+            recompute=recompute,
             sequence_parallel=sequence_parallel, schedule=schedule,
-            virtual_stages=virtual_stages, zero1=zero_stage >= 1, zero=zero_stage, ep=ep)
+            virtual_stages=virtual_stages, zero1=zero_stage >= 1, zero=zero_stage, ep=ep,
+            cp=cp)
         est = run_estimate(model, cl, plan, profiles=profiles,
                            framework=framework_named(framework),
                            capacity_factor=capacity_factor)
         title = f"{model.name} on {cl.name}"
+        graph = model.graph
     if json_out:
-        record = est.to_dict()
+        record = {**est.to_dict(), **batch_record(plan, graph.seq_len)}
         if (plan.model or {}).get("num_experts"):
             record["moe"] = {"capacity_factor": capacity_factor, "routing": "balanced on "
                              "average; busiest expert at capacity_factor × the mean load"}
         print_json(record)
     else:
-        _print(est, title, plan, capacity_factor)
+        _print(est, title, plan, capacity_factor, graph.seq_len)
     if not est.feasible:
         raise typer.Exit(EXIT_INFEASIBLE)
 
 
-def _print(est: Any, title: str, plan: Any, capacity_factor: float) -> None:
-    console.print(_table(est, title))
+def _print(est: Any, title: str, plan: Any, capacity_factor: float, seq_len: int) -> None:
+    from planner.report.plan_view import batch_line, schedule_label
+
+    wide_console(150).print(_table(est, f"{title}, {schedule_label(plan)}", plan))
+    console.print(batch_line(plan, seq_len))
     price = ("" if est.usd_per_hour is None else
              f", ${est.usd_per_hour:.2f}/h, ${est.usd_per_million_tokens:.3f} per 1M tokens")
     console.print(f"iteration {est.iteration_time_s:.4f} s, {est.tokens_per_s:,.0f} tokens/s, "

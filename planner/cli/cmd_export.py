@@ -14,6 +14,7 @@ import typer
 
 from planner.cli.main import app
 from planner.errors import HetplanError
+from planner.outfile import check_output, write_output
 
 __all__ = ["export"]
 
@@ -33,6 +34,9 @@ def export(
 
     if to not in TARGETS:
         raise HetplanError(f"--to {to!r}: use one of {', '.join(TARGETS)}")
+    for path, flag in ((out, "-o"), (nearest_out, "--nearest-out")):
+        if path is not None:
+            check_output(path, flag)
     plan = Plan.load(plan_file)
     try:
         text = export_plan(plan, to)
@@ -56,7 +60,7 @@ def export(
             msg += " (--nearest-out FILE saves it)"
         raise HetplanError(msg) from None
     if out is not None:
-        out.write_text(text)
+        write_output(out, text, "-o")
         print(f"wrote {out}")
     else:
         print(text, end="")

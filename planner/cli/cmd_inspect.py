@@ -9,6 +9,7 @@ from rich import box
 from rich.table import Table
 
 from planner.cli.main import app
+from planner.cli.options import SeqLenOption, parse_seq_len
 from planner.cli.output import console, print_json
 
 __all__ = ["human_bytes", "human_count", "inspect", "inspect_record"]
@@ -94,11 +95,12 @@ def inspect(
                                 "or HuggingFace config.json."),
     json_out: bool = typer.Option(False, "--json", help="Machine-readable output."),
     every_layer: bool = typer.Option(False, "--all", help="One row per layer (no collapsing)."),
+    seq_len: SeqLenOption = None,
 ) -> None:
     """Show the model's layer chain: params, FLOPs and bytes per layer, and totals."""
     from planner.graph import load_model
 
-    loaded = load_model(model)
+    loaded = load_model(model, seq_len=parse_seq_len(seq_len))
     if json_out:
         print_json(inspect_record(loaded))
         return

@@ -13,6 +13,7 @@ import typer
 from rich.table import Table
 
 from planner.cli.main import app
+from planner.cli.options import finite_option
 from planner.cli.output import console, print_json
 from planner.cli.plan_file import load_checked, refuse_infeasible
 
@@ -39,6 +40,27 @@ def launch(
         "run_ssh.sh and the Slurm script (default: node names are host names).")] = None,
     port: Annotated[int, typer.Option("--port", min=1, max=65535,
                                       help="Rendezvous port.")] = 29500,
+    data: Annotated[str | None, typer.Option(
+        "--data", help="Token file or folder of *.bin (flat uint16/uint32 ids) the runtime "
+        "trains on, as the nodes see the path (default: synthetic tokens).")] = None,
+    data_dtype: Annotated[str, typer.Option("--data-dtype", help="uint16 | uint32.")] = "uint16",
+    lr: Annotated[float | None, typer.Option(
+        "--lr", min=0, callback=finite_option,
+        help="Peak learning rate (runtime default 1e-4).")] = None,
+    min_lr: Annotated[float | None, typer.Option(
+        "--min-lr", min=0, callback=finite_option,
+        help="Cosine-decay the lr to this after warm-up.")] = None,
+    warmup_steps: Annotated[int | None, typer.Option(
+        "--warmup-steps", min=0, help="Linear lr warm-up steps.")] = None,
+    decay_steps: Annotated[int | None, typer.Option(
+        "--decay-steps", min=1, help="Step the cosine reaches --min-lr (default: the run's "
+        "last step).")] = None,
+    save_checkpoint: Annotated[str | None, typer.Option(
+        "--save-checkpoint", help="Checkpoint folder, as the nodes see it (shared).")] = None,
+    save_every: Annotated[int | None, typer.Option(
+        "--save-every", min=1, help="Save a checkpoint every N steps (and at the end).")] = None,
+    resume: Annotated[str | None, typer.Option(
+        "--resume", help="Continue from this checkpoint (same model, any plan).")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
     """Write one torchrun script per node, ranks.tsv, run_ssh.sh and a Slurm script."""
@@ -63,8 +85,18 @@ def launch(
                    "runtime, so expect `hetplan estimate --framework hetplan`'s figures",
                    err=True)
     hosts = read_hostfile(hostfile, plan) if hostfile is not None else ()
+    if data_dtype not in ("uint16", "uint32"):
+        raise HetplanError(f"--data-dtype {data_dtype!r}: use uint16 or uint32")
+    if save_every is not None and save_checkpoint is None:
+        raise HetplanError("--save-every needs --save-checkpoint DIR (where to save)")
+    flags = {"--data": data, "--data-dtype": data_dtype if data else None, "--lr": lr,
+             "--min-lr": min_lr, "--warmup-steps": warmup_steps, "--decay-steps": decay_steps,
+             "--save-checkpoint": save_checkpoint, "--save-every": save_every,
+             "--resume": resume}
+    train_args = tuple(str(x) for flag, value in flags.items() if value is not None
+                       for x in (flag, value))
     opts = LaunchOptions(rdzv=rdzv, max_restarts=max_restarts, hosts=hosts,  # type: ignore[arg-type]
-                         port=port)
+                         port=port, train_args=train_args)
     scripts = write_scripts(plan, out_dir, opts)
     if json_out:
         print_json({"out_dir": str(out_dir), "world_size": len(plan.ranks), "nodes": [

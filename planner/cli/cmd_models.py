@@ -1,4 +1,4 @@
-"""`hetplan models [--json]`: the bundled model zoo (configs/models/)."""
+"""`hetplan models [--json]`: the bundled model zoo (planner/configs/models/)."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ def models(json_out: bool = typer.Option(False, "--json", help="Machine-readable
     if json_out:
         print_json(records)
         return
-    table = Table(title="Model zoo (configs/models/)", box=box.SIMPLE_HEAD, pad_edge=False,
+    table = Table(title="Model zoo (planner/configs/models/)", box=box.SIMPLE_HEAD, pad_edge=False,
                   caption="L layers, h hidden, a/kv heads, V vocab, s sequence. "
                   "Sources: --json or the YAML.")
     for column in ("name", "arch", "L", "h", "a/kv", "ffn", "V", "s", "params"):

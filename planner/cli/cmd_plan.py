@@ -23,13 +23,16 @@ from planner.cli.options import (
     CalibrationOption,
     FrameworkOption,
     ProfilesOption,
+    SeqLenOption,
     finite_option,
     load_profiles,
+    parse_seq_len,
     use_calibration,
 )
 from planner.cli.output import console, print_json
 from planner.errors import HetplanError
 from planner.limits import MAX_GLOBAL_BATCH
+from planner.outfile import check_output
 
 __all__ = ["plan"]
 
@@ -63,9 +66,12 @@ class _Bar:
 
 def _stage_table(plan: Any, est: Any, title: str) -> Table:
     """One block of rows per distinct pipeline shape; identical DP replicas share it."""
+    from planner.report.plan_view import device_chunks, layer_ranges
+
     t = Table(title=title)
-    for col in ("pipelines", "µbatches", "stage", "GPU", "TP", "layers", "recompute",
-                "fwd ms", "bwd ms", "memory GiB"):
+    cp = any(st.cp for pipe in plan.pipelines for st in pipe.stages)
+    for col in ("pipelines", "µbatches", "stage", "GPU", "TP", *(("CP",) if cp else ()),
+                "layers", "recompute", "fwd ms", "bwd ms", "memory GiB"):
         t.add_column(col, justify="left" if col in ("GPU", "layers", "recompute") else "right")
     by_pipe: dict[int, list[Any]] = {}
     for s in est.stages:
@@ -73,7 +79,7 @@ def _stage_table(plan: Any, est: Any, title: str) -> Table:
     groups: dict[tuple, list[int]] = {}
     for p_idx, pipe in enumerate(plan.pipelines):
         key = (pipe.microbatches,
-               tuple((st.layers, st.gpu, st.tp, st.recompute) for st in pipe.stages))
+               tuple((st.layers, st.gpu, st.tp, st.cp, st.recompute) for st in pipe.stages))
         groups.setdefault(key, []).append(p_idx)
     for (microbatches, _), members in groups.items():
         label = str(members[0]) if len(members) == 1 else f"{len(members)}× ({members[0]}…)"
@@ -81,33 +87,37 @@ def _stage_table(plan: Any, est: Any, title: str) -> Table:
             st = plan.pipelines[s.pipeline].stages[s.stage]
             mem = f"{s.peak_memory_gib:.1f} / {s.memory_capacity_gib:.0f}"
             t.add_row(label if k == 0 else "", str(microbatches) if k == 0 else "",
-                      str(s.stage), s.gpu, str(s.tp), f"[{s.layers[0]}, {s.layers[1]})",
+                      str(s.stage), s.gpu, str(s.tp), *((str(st.cp or 1),) if cp else ()),
+                      layer_ranges(device_chunks(plan, s.pipeline, s.stage)),
                       st.recompute, f"{s.fwd_ms:.2f}", f"{s.bwd_ms:.2f}", mem)
         t.add_section()
     return t
 
 
 def _summary(plan: Any, est: Any) -> str:
+    from planner.report.plan_view import schedule_label
+
     price = ("no prices in the cluster file" if est.usd_per_hour is None else
              f"${est.usd_per_hour:.2f}/h, ${est.usd_per_million_tokens:.3f} per 1M tokens")
     return (f"iteration {est.iteration_time_s:.4f} s, {est.tokens_per_s:,.0f} tokens/s, "
             f"MFU {100 * est.mfu:.1f} %, {price}; micro-batch {plan.micro_batch_size}, "
-            f"{plan.schedule}, {len(plan.pipelines)} pipeline(s), {len(plan.ranks)} GPUs")
+            f"{schedule_label(plan)}, {len(plan.pipelines)} pipeline(s), {len(plan.ranks)} GPUs")
 
 
 def _shape(plan: Any) -> str:
-    """One line per distinct pipeline shape: replicas × stages (GPU×TP: layers)."""
-    shapes: Counter[str] = Counter()
-    for pipe in plan.pipelines:
-        shapes[" → ".join(f"{s.gpu}×{s.tp}{f' ep{s.ep}' if s.ep else ''} "
-                          f"[{s.layers[0]},{s.layers[1]})" for s in pipe.stages)] += 1
-    return "; ".join(f"{k} × {v}" for k, v in shapes.items())
+    """One part per distinct pipeline shape: `2 pipelines: A100-SXM4-80GB×4 L0–9 → ...`
+    (GPU type × TP degree, then its layers)."""
+    from planner.report.plan_view import stage_layout
+
+    shapes = Counter(stage_layout(plan, p) for p in range(len(plan.pipelines)))
+    return "; ".join(f"{v} pipeline{'s' if v > 1 else ''}: {k}" for k, v in shapes.items())
 
 
 @app.command()
 def plan(
     model: Annotated[str, typer.Argument(help="Model: zoo name, YAML or config.json.")],
-    cluster: Annotated[str, typer.Argument(help="Cluster: name under configs/clusters or YAML.")],
+    cluster: Annotated[str, typer.Argument(
+        help="Cluster: bundled name (planner/configs/clusters) or YAML.")],
     output: Annotated[str | None, typer.Option("-o", "--output", help="Write the plan JSON "
                                                "here.")] = None,
     global_batch: Annotated[int | None, typer.Option(
@@ -125,22 +135,28 @@ def plan(
     framework: FrameworkOption = None,
     calibration: CalibrationOption = None,
     profiles: ProfilesOption = None,
+    seq_len: SeqLenOption = None,
     json_out: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
     """Find the fastest (or cheapest) plan for MODEL on CLUSTER, exactly."""
     from planner.cluster import load_cluster
     from planner.costing.framework import framework_named
     from planner.graph import load_model
+    from planner.report.alternatives import alternative_records, placement_note, placement_twins
+    from planner.report.plan_view import batch_line
     from planner.search import plan as search
 
     if objective not in ("throughput", "cost"):
         raise HetplanError(f"--objective {objective!r}: use throughput or cost")
     if top_k < 1:
         raise HetplanError(f"--top-k {top_k}: must be at least 1")
+    if output:
+        check_output(output, "-o")  # before the search, not after it
+    tokens = parse_seq_len(seq_len)
     use_calibration(calibration)
     fw = framework_named(framework)
     measured = load_profiles(profiles)
-    m = load_model(model)
+    m = load_model(model, seq_len=tokens)
     cl = load_cluster(cluster)
     bar = None if json_out else _Bar()
     try:
@@ -155,23 +171,28 @@ def plan(
         result.best.save(output)
     if json_out:
         print_json({"plan": result.best.to_dict(),
-                    "alternatives": [{"predicted": p.predicted, "shape": _shape(p)}
-                                     for p in result.candidates[1:]],
+                    "alternatives": alternative_records(
+                        result.candidates, [_shape(p) for p in result.candidates]),
                     "search": result.stats.to_dict()})
         return
     best, est = result.best, result.estimates[0]
     console.print(_stage_table(best, est, f"{m.name} on {cl.name}: best plan"))
+    console.print(batch_line(best, m.seq_len))
     console.print(_summary(best, est))
     if len(result.candidates) > 1:
         alt = Table(title="alternatives")
-        for col in ("#", "iteration s", "tokens/s", "MFU %", "$/h", "$/1M tok", "shape"):
+        for col in ("#", "µbatch", "iteration s", "tokens/s", "MFU %", "$/h", "$/1M tok",
+                    "shape"):
             alt.add_column(col, justify="left" if col == "shape" else "right")
+        twins = placement_twins(result.candidates)
         for k, (p, e) in enumerate(zip(result.candidates, result.estimates, strict=True)):
-            alt.add_row(str(k + 1), f"{e.iteration_time_s:.4f}", f"{e.tokens_per_s:,.0f}",
-                        f"{100 * e.mfu:.1f}",
+            shape = (_shape(p) if twins[k] is None
+                     else placement_note(result.candidates, k, twins[k]))
+            alt.add_row(str(k + 1), str(p.micro_batch_size), f"{e.iteration_time_s:.4f}",
+                        f"{e.tokens_per_s:,.0f}", f"{100 * e.mfu:.1f}",
                         "-" if e.usd_per_hour is None else f"{e.usd_per_hour:.2f}",
                         "-" if e.usd_per_million_tokens is None
-                        else f"{e.usd_per_million_tokens:.3f}", _shape(p))
+                        else f"{e.usd_per_million_tokens:.3f}", shape)
         console.print(alt)
     s = result.stats
     console.print(f"searched {s.shapes} shapes ({s.shapes_pruned} pruned by the lower bound), "

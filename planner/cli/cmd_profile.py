@@ -16,8 +16,10 @@ import typer
 from rich.table import Table
 
 from planner.cli.main import app
+from planner.cli.options import SeqLenOption, parse_seq_len
 from planner.cli.output import console, print_json
 from planner.errors import HetplanError
+from planner.outfile import check_output
 
 if TYPE_CHECKING:
     import torch
@@ -89,16 +91,23 @@ def profile(
     repeats: Annotated[int, typer.Option("--repeats", min=1, max=10_000,
         help="Timed calls; the median is "
                                          "kept.")] = 10,
+    seq_len: SeqLenOption = None,
     json_out: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
-    """Time the embedding, one block and the head at each micro-batch size on this GPU."""
+    """Time the embedding, one block and the head at each micro-batch size on this GPU.
+
+    Rows are for the model's sequence length (--seq-len to time another): plans at that
+    length use them.
+    """
     from planner.graph.load_spec import load_model_spec
     from planner.profiler import profile_layers, profile_rows, write_profile_csv
 
     if warmup < 0 or repeats < 1:
         raise HetplanError(f"--warmup {warmup} / --repeats {repeats}: need warmup >= 0 and "
                            "repeats >= 1")
-    spec = load_model_spec(model)
+    if out is not None:
+        check_output(out, "--out")  # before the timing, not after it
+    spec = load_model_spec(model, seq_len=parse_seq_len(seq_len))
     sizes = _micro_batches(micro_batches)
     dev, gpu_spec = _device_and_gpu(device, gpu)
     prec = precision or spec.training.precision
@@ -119,6 +128,7 @@ def profile(
         write_profile_csv(rows, out)
     if json_out:
         print_json({"gpu": gpu_spec.name, "model": spec.name, "precision": prec,
+                    "seq_len": spec.seq_len,
                     "out": None if out is None else str(out),
                     "layers": [{"kind": t.kind, "micro_batch": t.micro_batch,
                                 "fwd_ms": round(t.fwd_ms, 4), "bwd_ms": round(t.bwd_ms, 4),
@@ -128,7 +138,8 @@ def profile(
                                 "analytic_update_ms": round(t.analytic_update_ms, 4)}
                                for t in timings]})
         return
-    t = Table(title=f"{spec.name} on {gpu_spec.name}, {prec}, TP 1: measured vs analytic ms")
+    t = Table(title=f"{spec.name} on {gpu_spec.name}, {prec}, TP 1, seq_len {spec.seq_len:,}: "
+              "measured vs analytic ms")
     for col in ("layer", "micro-batch", "fwd", "analytic", "bwd", "analytic", "update",
                 "analytic"):
         t.add_column(col, justify="left" if col == "layer" else "right")

@@ -20,6 +20,7 @@ from planner.cli.options import (
     load_profiles,
 )
 from planner.cli.output import console, print_json
+from planner.outfile import check_output
 
 __all__ = ["replan"]
 
@@ -46,8 +47,11 @@ def replan(
 ) -> None:
     """Re-plan after nodes are lost or added, moving as little training state as possible."""
     from planner.replanning import replan as run_replan
+    from planner.report.plan_view import batch_line, plan_seq_len
     from planner.schema import Plan
 
+    if out is not None:
+        check_output(out, "-o")  # before the search, not after it
     plan = Plan.load(plan_file)
     measured = load_profiles(profiles)
     r = run_replan(plan, remove=remove or (), add=add or (), tolerance=tolerance,
@@ -59,10 +63,12 @@ def replan(
         return
     for line in r.edits:
         console.print(f"• {line}")
+    from planner.report.plan_view import layer_ranges
+
     for m in r.moves:
         src = ", ".join(m.sources) if m.sources else "no surviving copy (checkpoint)"
         where = m.node if m.old_node in (None, m.node) else f"{m.node} (was {m.old_node})"
-        console.print(f"move layers [{m.layers[0]}, {m.layers[1]}) → {where}: "
+        console.print(f"move {layer_ranges([m.layers])} → {where}: "
                       f"{_gib(m.bytes)} from {src}")
     if not r.moves:
         console.print("no state moves: every node already holds its new layers")
@@ -71,5 +77,8 @@ def replan(
                   f"{r.tokens_per_s_after:,.0f} ({change:+.1f} %); iteration "
                   f"{r.iteration_time_s_before:.4f} s → {r.iteration_time_s_after:.4f} s "
                   f"(fastest found {r.fastest_iteration_time_s:.4f} s)")
+    seq = plan_seq_len(r.plan)  # the running plan's length: a replan never changes it
+    if seq is not None:
+        console.print(batch_line(r.plan, seq))
     if out is not None:
         console.print(f"wrote {out}")

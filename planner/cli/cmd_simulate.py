@@ -20,7 +20,9 @@ from planner.cli.options import (
     CalibrationOption,
     FrameworkOption,
     ProfilesOption,
+    SeqLenOption,
     load_profiles,
+    parse_seq_len,
     use_calibration,
 )
 from planner.cli.output import console, print_json, wide_console
@@ -28,16 +30,17 @@ from planner.cli.output import console, print_json, wide_console
 __all__ = ["simulate", "simulate_plan"]
 
 
-def simulate_plan(plan_path: str | Path, profiles: Any = None,
-                  framework: str | None = None) -> tuple[Any, Any, tuple[Any, ...]]:
+def simulate_plan(plan_path: str | Path, profiles: Any = None, framework: str | None = None,
+                  seq_len: int | None = None) -> tuple[Any, Any, tuple[Any, ...]]:
     """(plan, estimate, timelines with events) for a plan file; `profiles`: a ProfileSet
-    (None: the shipped profiles); `framework`: a `--framework` name (None: the plan's)."""
+    (None: the shipped profiles); `framework`: a `--framework` name (None: the plan's);
+    `seq_len`: re-price the plan at that length (`plan_file.at_seq_len`)."""
     from planner.cli.plan_file import load_checked
     from planner.costing import estimate
     from planner.costing.framework import framework_named
     from planner.simulate import with_events
 
-    plan = load_checked(plan_path).plan
+    plan = load_checked(plan_path, seq_len=seq_len).plan
     # The model and cluster the plan embeds, priced for the runtime it was planned for.
     est = estimate(None, None, plan, framework=framework_named(framework, plan.predicted),
                    profiles=profiles)
@@ -54,23 +57,48 @@ def simulate(
     profiles: ProfilesOption = None,
     framework: FrameworkOption = None,
     calibration: CalibrationOption = None,
+    seq_len: SeqLenOption = None,
     json_out: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
-    """Simulate a plan's pipeline schedule: per-stage busy time, bubble, Gantt chart."""
-    from planner.report.gantt import draw_gantt
-    from planner.report.plan_view import stage_labels, timeline_to_dict
+    """Simulate a plan's pipeline schedule: per-stage busy time, bubble, Gantt chart.
 
+    --seq-len re-prices the plan's layout and batch at that length (a notice says so).
+    """
+    from planner.report.figure import check_figure_path
+    from planner.report.gantt import draw_gantt
+    from planner.report.plan_view import (
+        batch_line,
+        batch_record,
+        fold_pipelines,
+        folded_stage_labels,
+        plan_seq_len,
+        stage_labels,
+        timeline_to_dict,
+    )
+
+    tokens = parse_seq_len(seq_len)
+    for path, flag in ((gantt, "--gantt"), (svg, "--svg")):
+        if path is not None:
+            check_figure_path(path, flag)
     use_calibration(calibration)
-    plan, est, timelines = simulate_plan(plan_file, load_profiles(profiles), framework)
+    plan, est, timelines = simulate_plan(plan_file, load_profiles(profiles), framework, tokens)
+    seq = plan_seq_len(plan)
     labels = stage_labels(plan)
     title = f"{(plan.model or {}).get('name', 'model')} on {(plan.cluster or {}).get('name', '')}"
-    written = [draw_gantt(timelines, path, labels, title=title)
-               for path in (gantt, svg) if path is not None]
+    written = []
+    if gantt is not None or svg is not None:
+        # Identical data-parallel replicas draw once, as one row group marked ×N.
+        groups = fold_pipelines(plan, timelines)
+        shown = [timelines[g[0]] for g in groups]
+        written = [draw_gantt(shown, path, folded_stage_labels(plan, groups), title=title,
+                              counts=[len(g) for g in groups])
+                   for path in (gantt, svg) if path is not None]
     if json_out:
         print_json({
             "plan": str(plan_file),
             "iteration_time_s": round(est.iteration_time_s, 9),
             "bubble_fraction": round(est.bubble_fraction, 9),
+            **(batch_record(plan, seq) if seq is not None else {}),
             "stages": labels,
             "pipelines": [timeline_to_dict(t) for t in timelines],
             "pictures": [str(p) for p in written],
@@ -79,6 +107,8 @@ def simulate(
         })
     else:
         wide_console(110).print(_table(plan, est, timelines, title))
+        if seq is not None:
+            console.print(batch_line(plan, seq))
         for path in written:
             console.print(f"wrote {path}")
         for problem in est.problems:
@@ -88,8 +118,10 @@ def simulate(
 
 
 def _table(plan: Any, est: Any, timelines: tuple[Any, ...], title: str) -> Table:
+    from planner.report.plan_view import device_chunks, layer_ranges, schedule_label
+
     table = Table(title=f"{title}: iteration {est.iteration_time_s * 1e3:.2f} ms, bubble "
-                  f"{est.bubble_fraction:.1%}, {plan.schedule}, micro-batch "
+                  f"{est.bubble_fraction:.1%}, {schedule_label(plan)}, micro-batch "
                   f"{plan.micro_batch_size}", box=box.SIMPLE_HEAD, pad_edge=False,
                   caption="busy: share of the iteration computing; held: micro-batches whose "
                   "activations are held at the peak; tail: DP sync + optimizer step; GiB: peak "
@@ -100,11 +132,9 @@ def _table(plan: Any, est: Any, timelines: tuple[Any, ...], title: str) -> Table
         table.add_column(name, justify="left" if left else "right", no_wrap=True)
     rows = iter(est.stages)
     for p, t in enumerate(timelines):
-        pipe = plan.pipelines[p]
         for d in range(t.num_devices):
             st = next(rows)
-            chunks = pipe.stages[d::t.num_devices]
-            layers = ",".join(f"{c.layers[0]}-{c.layers[1] - 1}" for c in chunks)
+            layers = layer_ranges(device_chunks(plan, p, d))
             inflight = t.max_inflight[d] / t.virtual_stages
             tail = ((t.dp_sync_s[d] if t.dp_sync_s else 0.0)
                     + (t.optimizer_s[d] if t.optimizer_s else 0.0))

@@ -1,8 +1,10 @@
 """`hetplan validate [--data-dir DIR] [--rows] [--json]`: the cost model's accuracy report.
 
-Runs every measured plan in ../shared/data (relative to the repository root) through
+Runs every measured plan in the public measurements shipped with hetplan
+(planner/costing/validation/data, sources in its README.md), or in --data-dir, through
 `estimate`, once with the analytic model alone and once with the shipped profiles, and prints
 per file MAPE, Spearman rank correlation and top-1 regret (and with --rows every row).
+A folder holding none of the measurement files is an error (exit 2), not an empty report.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from rich.table import Table
 
 from planner.cli.main import app
 from planner.cli.output import print_json, wide_console
+from planner.cli.progress import spinner
 from planner.errors import HetplanError
 from planner.input_files import clip
 
@@ -32,25 +35,24 @@ def _fmt(x: float, pct: bool = False) -> str:
 @app.command()
 def validate(
     data_dir: Annotated[Path | None, typer.Option(
-        "--data-dir", help="Folder of measurement CSVs (default: ../shared/data).")] = None,
+        "--data-dir", help="Folder of measurement CSVs with the shipped files' names "
+        "(default: the ones shipped with hetplan).")] = None,
     rows: Annotated[bool, typer.Option("--rows", help="Print every row.")] = False,
     json_out: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
     """Accuracy of `estimate` on public measurements: MAPE, Spearman, top-1 regret per file."""
-    from planner.costing.validation import DATA_FILES, default_data_dir, run_all
+    from planner.costing.validation import DATA_FILES, data_files_in, default_data_dir, run_all
 
     folder = data_dir or default_data_dir()
-    if data_dir is not None and not data_dir.is_dir():
-        raise HetplanError(f"--data-dir {data_dir}: not a directory; give the folder that "
-                           "holds the measurement CSVs")
     if not folder.is_dir():
-        print(f"no measurement data at {folder}; pass --data-dir")
-        return
-    if not any((folder / name).is_file() for name in DATA_FILES):
-        raise HetplanError(f"--data-dir {folder}: none of the measurement files "
-                           f"({', '.join(DATA_FILES)}) is there")
+        raise HetplanError(f"--data-dir {folder}: no such folder; give a folder of "
+                           f"measurement CSVs ({', '.join(DATA_FILES)})")
+    if not data_files_in(folder):
+        raise HetplanError(f"--data-dir {folder}: holds none of the measurement files "
+                           f"{', '.join(DATA_FILES)}; nothing to validate")
     try:
-        results = run_all(folder)
+        with spinner("validating the cost model", enabled=not json_out) as step:
+            results = run_all(folder, progress=step)
     except (OSError, ValueError, KeyError, IndexError, csv.Error) as exc:
         # The files are the user's (--data-dir): a malformed one is bad input, not a bug.
         raise HetplanError(f"--data-dir {folder}: a measurement file cannot be read "

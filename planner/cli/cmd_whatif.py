@@ -1,11 +1,14 @@
 """`hetplan whatif MODEL CLUSTER --add "8 H100-SXM5-80GB" --remove v100 --price a100=1.2`.
 
 Plans the model on the cluster as it is and as edited (see `planner.report.scenario` for the
-edit syntax and defaults), and prints both side by side with the change in %.
+edit syntax and defaults), and prints both side by side with the change in %. `--price` applies
+to both sides, so the $ columns compare; `--plot` draws the two, `--save-cluster` keeps the
+edited cluster as a YAML file every command reads.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -17,11 +20,14 @@ from planner.cli.options import (
     CalibrationOption,
     FrameworkOption,
     ProfilesOption,
+    SeqLenOption,
     finite_option,
     load_profiles,
+    parse_seq_len,
     use_calibration,
 )
 from planner.cli.output import console, print_json
+from planner.cli.progress import spinner
 from planner.limits import MAX_GLOBAL_BATCH
 
 __all__ = ["whatif"]
@@ -36,7 +42,8 @@ def whatif(
     remove: Annotated[list[str] | None, typer.Option(
         "--remove", help="Remove a node group by name, or all groups of a GPU type.")] = None,
     price: Annotated[list[str] | None, typer.Option(
-        "--price", help="Set USD per GPU-hour of a group or GPU type: a100=1.2.")] = None,
+        "--price", help="USD per GPU-hour of a group or GPU type, a100=1.2 (before and "
+        "after alike).")] = None,
     partition: Annotated[list[str] | None, typer.Option(
         "--partition", help='Split a GPU type into MIG slices: "A100-SXM4-80GB:1g.10gb".')
     ] = None,
@@ -51,14 +58,21 @@ def whatif(
     framework: FrameworkOption = None,
     calibration: CalibrationOption = None,
     profiles: ProfilesOption = None,
+    plot: Annotated[Path | None, typer.Option(
+        "--plot", help="Before/after bars of tokens/s and $ per 1M tokens (.png or .svg).")
+    ] = None,
+    save_cluster: Annotated[Path | None, typer.Option(
+        "--save-cluster", help="Write the edited cluster as a cluster YAML file.")] = None,
+    seq_len: SeqLenOption = None,
     json_out: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
     """Plan before and after editing the cluster: what changes, and by how much."""
     import planner
     from planner.costing.framework import framework_named
     from planner.errors import HetplanError
+    from planner.report.plan_view import batch_text
+    from planner.report.whatif import SAME_PRICES, whatif_lines
     from planner.report.whatif import whatif as run_whatif
-    from planner.report.whatif import whatif_lines
 
     use_calibration(calibration)
     fw = framework_named(framework)
@@ -67,19 +81,39 @@ def whatif(
         raise HetplanError("whatif: nothing to change; give --add, --remove, --price or "
                            "--partition "
                            "(e.g. --add \"8 H100-SXM5-80GB\")")
-    graph = planner.load_model(model)
+    if plot is not None:
+        from planner.report.figure import check_figure_path
+
+        check_figure_path(plot, "--plot")
+    if save_cluster is not None:
+        from planner.outfile import check_output
+
+        check_output(save_cluster, "--save-cluster")
+    graph = planner.load_model(model, seq_len=parse_seq_len(seq_len))
     base = planner.load_cluster(cluster)
-    w = run_whatif(graph, base, add=add or (), remove=remove or (), price=price or (),
-                   network_gbps=network_gbps, partition=partition or (),
-                   global_batch_size=global_batch,
-                   objective=objective, framework=fw, profiles=measured)
+    with spinner(f"planning before and after on {base.name}", enabled=not json_out):
+        w = run_whatif(graph, base, add=add or (), remove=remove or (), price=price or (),
+                       network_gbps=network_gbps, partition=partition or (),
+                       global_batch_size=global_batch,
+                       objective=objective, framework=fw, profiles=measured)
+    title = f"{getattr(graph, 'name', model)} on {base.name}: before → after"
+    if plot is not None:
+        from planner.report.whatif_plot import draw_whatif
+
+        draw_whatif(w, plot, title)
+    if save_cluster is not None:
+        from planner.cluster.save import write_cluster_yaml
+
+        write_cluster_yaml(w.cluster_after, save_cluster,
+                           comment=f"hetplan whatif: {base.name} edited\n"
+                           + "\n".join(e for e in w.edits if e != SAME_PRICES),
+                           flag="--save-cluster")
     if json_out:
         print_json(w.to_dict())
         return
     for line in w.edits:
         console.print(f"• {line}")
-    table = Table(title=f"{getattr(graph, 'name', model)} on {base.name}: before → after",
-                  box=box.SIMPLE_HEAD, pad_edge=False)
+    table = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False)
     for name in ("", "before", "after", "change"):
         table.add_column(name, justify="left" if not name else "right")
     for name, before, after, pct in whatif_lines(w):
@@ -89,9 +123,14 @@ def whatif(
             style = "green" if _better(name, pct) else "red"
         table.add_row(name, before, after, f"[{style}]{change}[/]" if style else change)
     console.print(table)
+    gbs = w.before.global_batch_size or w.after.global_batch_size
+    console.print(batch_text(graph.seq_len, gbs) if gbs else f"seq_len {graph.seq_len:,}")
     d = w.to_dict()
     console.print(f"before: {d['layout_before'] or w.before.problem}")
     console.print(f"after:  {d['layout_after'] or w.after.problem}")
+    for path in (plot, save_cluster):
+        if path is not None:
+            console.print(f"wrote {path}")
 
 
 def _better(metric: str, pct: float) -> bool:

@@ -2,16 +2,20 @@
 
 User mistakes (HetplanError) become one `error:` line and exit code 2, no traceback; a
 request that cannot fit the cluster (InfeasibleError) exits 3, as `estimate` and `simulate`
-do for an infeasible plan (README: exit status).
+do for an infeasible plan (README: exit status). `--version` prints the version;
+`--install-completion` / `--show-completion` are typer's shell completion (bash, zsh, fish,
+PowerShell) for the program name `hetplan`.
 """
 
 from __future__ import annotations
 
 import sys
+from typing import Annotated
 
 import typer
 from typer._click import exceptions as click
 
+from planner import __version__
 from planner.errors import HetplanError, InfeasibleError
 from planner.input_files import clip
 
@@ -22,9 +26,25 @@ app = typer.Typer(
     name="hetplan",
     help="Plan and run LLM training on GPU clusters that mix GPU types.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
     pretty_exceptions_enable=False,
 )
+
+PROG_NAME = "hetplan"
+"""The name completion scripts and usage lines use, also under `python -m planner.cli.main`."""
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        print(f"hetplan {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(version: Annotated[bool, typer.Option(
+        "--version", callback=_print_version, is_eager=True,
+        help="Print hetplan's version and exit.")] = False) -> None:
+    """Plan and run LLM training on GPU clusters that mix GPU types."""
 
 
 def _register() -> None:
@@ -62,7 +82,7 @@ def main() -> None:
     try:
         # standalone_mode=False: click raises its usage errors to us instead of printing them;
         # it then returns the exit code of `typer.Exit`/`--help` instead of exiting.
-        code = app(standalone_mode=False)
+        code = app(prog_name=PROG_NAME, standalone_mode=False)
     except HetplanError as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(EXIT_INFEASIBLE if isinstance(exc, InfeasibleError) else EXIT_BAD_INPUT)

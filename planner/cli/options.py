@@ -13,8 +13,9 @@ from planner.errors import HetplanError
 if TYPE_CHECKING:
     from cost_models.profiles import ProfileSet
 
-__all__ = ["CalibrationOption", "FrameworkOption", "ProfilesOption", "finite_option",
-           "load_profiles", "use_calibration"]
+__all__ = ["CalibrationOption", "FrameworkOption", "ProfilesOption", "SeqLenOption",
+           "finite_option", "load_profiles", "parse_seq_len", "use_calibration"]
+
 
 
 def finite_option(value: float | None) -> float | None:
@@ -65,3 +66,20 @@ def load_profiles(paths: list[Path] | None, *, shipped: bool = True) -> ProfileS
         return with_profile_files(paths, shipped=shipped)
     except (ValueError, KeyError, OSError, csv.Error) as exc:
         raise HetplanError(f"--profiles: {clip(str(exc), 300)}") from None
+
+
+SeqLenOption = Annotated[str | None, typer.Option(
+    "--seq-len", metavar="N", help="Training sequence length in tokens (default: the model "
+    "file's; a HuggingFace config.json: min(max_position_embeddings, 4096), with a notice).")]
+"""Read as text so that `--seq-len 4k` or `4096.5` is one `error:` line (`parse_seq_len`)."""
+
+
+def parse_seq_len(text: str | None) -> int | None:
+    """`--seq-len` as a positive integer (None: not given); one HetplanError line if not."""
+    if text is None:
+        return None
+    digits = text.strip()
+    if not (digits.isascii() and digits.isdigit()) or int(digits) < 1:
+        raise HetplanError(f"--seq-len {text!r}: expected a positive whole number of tokens, "
+                           "e.g. --seq-len 4096")
+    return int(digits)

@@ -6,13 +6,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from planner.errors import InfeasibleError
+from planner.errors import HetplanError, InfeasibleError
 
 if TYPE_CHECKING:
     from planner.costing.plan_check import CheckedPlan
     from planner.costing.result import Estimate
+    from planner.schema import Plan
 
-__all__ = ["is_plan_file", "load_checked", "refuse_infeasible"]
+__all__ = ["at_seq_len", "is_plan_file", "load_checked", "refuse_infeasible"]
 
 
 def is_plan_file(path: str) -> bool:
@@ -29,16 +30,46 @@ def is_plan_file(path: str) -> bool:
     return isinstance(data, dict) and "pipelines" in data
 
 
-def load_checked(path: str | Path, cluster: Any = None) -> CheckedPlan:
+def load_checked(path: str | Path, cluster: Any = None,
+                 seq_len: int | None = None) -> CheckedPlan:
     """The plan in `path`, checked by the one plan validator against the model it embeds and
-    `cluster` (a name or file; default: the cluster it embeds). One SpecError line if not."""
+    `cluster` (a name or file; default: the cluster it embeds). One SpecError line if not.
+    `seq_len` re-prices the plan's layout at another sequence length (`at_seq_len`)."""
     from planner.cluster import load_cluster
     from planner.costing.plan_check import check_plan
     from planner.schema import Plan
 
     plan = Plan.load(path)
+    if seq_len is not None:
+        plan = at_seq_len(plan, seq_len, where=str(path))
     given = load_cluster(cluster) if cluster is not None else None
     return check_plan(plan, None, given, where=str(path))
+
+
+def at_seq_len(plan: Plan, seq_len: int, *, where: str) -> Plan:
+    """`plan` with its model at `seq_len` tokens per sequence: same layout, batch and
+    micro-batch, re-priced by whoever estimates it (a notice on stderr says so, since its
+    recorded prediction was for the planned length). A user's module was measured at one
+    length and cannot be re-priced at another: an error."""
+    import sys
+
+    from planner.graph.embedded import is_module_model
+
+    model = plan.model or {}
+    if is_module_model(model):
+        planned = (model.get("graph") or {}).get("seq_len")
+        if planned != seq_len:
+            raise HetplanError(f"{where}: the plan's model is a module measured at seq_len "
+                               f"{planned}; --seq-len {seq_len} needs it measured again "
+                               "(from_module with an example input that long, then re-plan)")
+        return plan
+    planned = model.get("seq_len")
+    if planned == seq_len:
+        return plan
+    print(f"notice: {where} was planned at seq_len {planned}; pricing its layout and batch at "
+          f"--seq-len {seq_len} (`hetplan plan --seq-len {seq_len}` searches the best layout "
+          "for that length)", file=sys.stderr)
+    return plan.model_copy(update={"model": {**model, "seq_len": seq_len}})
 
 
 def refuse_infeasible(checked: CheckedPlan, command: str) -> Estimate:

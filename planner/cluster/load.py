@@ -1,6 +1,6 @@
 """Read and validate a cluster file (DESIGN.md's YAML) into a Cluster.
 
-    cluster = load_cluster("configs/clusters/lab-mixed.yaml")   # or just "lab-mixed"
+    cluster = load_cluster("planner/configs/clusters/lab-mixed.yaml")   # or just "lab-mixed"
     same = cluster_from_dict(cluster.spec)                      # the spec round-trips
 
 Units: `inter_node_gbps` is the node's total network bandwidth in Gbit/s. `intra_node`
@@ -39,7 +39,8 @@ __all__ = [
     "load_cluster",
 ]
 
-CLUSTERS_DIR = Path(__file__).resolve().parents[2] / "configs" / "clusters"
+# Package data (planner/configs/clusters), so a non-editable install keeps it.
+CLUSTERS_DIR = Path(__file__).resolve().parents[1] / "configs" / "clusters"
 MAX_GPUS_PER_NODE = 16
 """The largest single-node GPU counts shipped (HGX-2 / DGX-2: 16 V100 on NVSwitch)."""
 DEFAULT_LATENCY_US = 5.0
@@ -140,7 +141,7 @@ def _validated(data: Any, where: str) -> _ClusterFile:
     if not isinstance(data, dict):
         raise SpecError(
             where, None, f"a cluster must be a mapping with `name` and `nodes`, got "
-            f"{type(data).__name__} (see configs/clusters/lab-mixed.yaml)"
+            f"{type(data).__name__} (see planner/configs/clusters/lab-mixed.yaml)"
         )
     try:
         return _ClusterFile.model_validate(data)
@@ -258,7 +259,7 @@ def cluster_from_dict(data: Any, where: str = "cluster") -> Cluster:
 
 
 def bundled_clusters() -> tuple[str, ...]:
-    """Names of the clusters shipped in configs/clusters/, sorted."""
+    """Names of the clusters shipped in planner/configs/clusters/, sorted."""
     if not CLUSTERS_DIR.is_dir():
         return ()
     return tuple(sorted(p.stem for p in CLUSTERS_DIR.glob("*.yaml")))
@@ -275,12 +276,13 @@ def _resolve(path_or_name: str | Path) -> Path:
 
 
 def load_cluster(path_or_name: str | Path) -> Cluster:
-    """A cluster from a YAML file, or from a bare name under configs/clusters/ (`lab-mixed`)."""
+    """A cluster from a YAML file, or a bare name under planner/configs/clusters/ (`lab-mixed`)."""
     path = _resolve(path_or_name)
     where = str(path_or_name) if path.exists() else str(path)
     if not path.exists():
         names = ", ".join(bundled_clusters()) or "none"
         raise SpecError(where, None, f"no such cluster file; give a path or a bundled name "
                         f"({names})")
-    data = load_yaml_mapping(path, where, what="cluster", example="configs/clusters/lab-mixed.yaml")
+    data = load_yaml_mapping(path, where, what="cluster",
+                             example="planner/configs/clusters/lab-mixed.yaml")
     return cluster_from_dict(data, where)

@@ -31,6 +31,7 @@ from planner.input_files import (
     read_text,
     short,
 )
+from planner.outfile import write_output
 
 __all__ = ["CalibrationFit", "MeasuredRun", "apply_calibration", "fit", "load_calibration",
            "load_runs", "write_calibration"]
@@ -190,7 +191,7 @@ def write_calibration(out: Path, result: CalibrationFit, source: Path) -> None:
             "fitted_on": str(source), "runs": len(result.measured_s),
             "rms_error_before_pct": round(result.rms_before_pct, 3),
             "rms_error_after_pct": round(result.rms_after_pct, 3)}
-    out.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    write_output(out, yaml.safe_dump(data, sort_keys=False))
 
 
 def load_calibration(path: Path) -> dict[str, float]:

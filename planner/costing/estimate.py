@@ -25,11 +25,17 @@ from cost_models.profiles import ProfileSet
 from planner.cluster.model import Cluster, Node
 from planner.costing.framework import DEFAULT_FRAMEWORK, Framework
 from planner.costing.grad_sync import grad_sync_s
-from planner.costing.links import a2a_link, p2p_time_s
+from planner.costing.links import a2a_link, cp_ring_link, p2p_time_s
 from planner.costing.plan_check import check_against
 from planner.costing.resolve import resolve_cluster, resolve_model
 from planner.costing.result import Estimate, StageEstimate
-from planner.costing.stage_cost import StageCost, stage_cost, stage_peak_memory_gib, tp_split
+from planner.costing.stage_cost import (
+    StageCost,
+    stage_cost,
+    stage_memory,
+    stage_peak_memory_gib,
+    tp_split,
+)
 from planner.errors import SpecError
 from planner.graph.layers import LayerGraph
 from planner.schema import Plan
@@ -47,6 +53,7 @@ class _Device:
     chunks: tuple[int, ...]
     costs: tuple[StageCost, ...]
     ep: int = 1
+    cp: int = 1
 
 
 def estimate(model: Any, cluster: Cluster | None, plan: Plan, *,
@@ -94,12 +101,19 @@ def estimate(model: Any, cluster: Cluster | None, plan: Plan, *,
                 block = range(p // ep * ep, p // ep * ep + ep)
                 ep_link = a2a_link([rank_node[plan.pipelines[q].stages[j].ranks[0]]
                                     for q in block], used_gpus, latency_s)
+            cp = st.cp or 1
+            cp_link = None
+            if cp > 1:  # the same stage of the pipelines of its cp-block (schema.py)
+                block = range(p // cp * cp, p // cp * cp + cp)
+                cp_link = cp_ring_link([rank_node[plan.pipelines[q].stages[j].ranks[0]]
+                                        for q in block], used_gpus, latency_s)
             costs.append(stage_cost(
                 graph, st.layers[0], st.layers[1], gpu, st.tp, mb, st.recompute,
                 precision=precision, sequence_parallel=plan.sequence_parallel,
                 intra_node_gb_per_s=node.group.intra_node_gb_per_s,
                 intra_node_link=node.group.intra_node, profiles=profiles, framework=framework,
-                ep=ep, ep_link=ep_link, capacity_factor=capacity_factor))
+                ep=ep, ep_link=ep_link, capacity_factor=capacity_factor, cp=cp,
+                cp_link=cp_link))
             chunk_nodes.append(node)
         pipe_costs.append(costs)
         sends.append([
@@ -110,7 +124,7 @@ def estimate(model: Any, cluster: Cluster | None, plan: Plan, *,
             _Device(p, d, chunk_nodes[d], pipe.stages[d].tp,
                     tuple(range(d, len(costs), s_count)),
                     tuple(costs[j] for j in range(d, len(costs), s_count)),
-                    pipe.stages[d].ep or 1)
+                    pipe.stages[d].ep or 1, plan.cp(p))
             for d in range(s_count)])
 
     dp_sync, tied_sync = grad_sync_s(graph, plan, devices, used_gpus, latency_s, framework)
@@ -128,7 +142,10 @@ def estimate(model: Any, cluster: Cluster | None, plan: Plan, *,
         devs = devices[p]
         chunks = [_timing(c, j, sends[p], len(devs), framework.p2p_blocking)
                   for j, c in enumerate(pipe_costs[p])]
-        opt = [sum(c.optimizer_step_s for c in d.costs) / shard for d in devs]
+        keep = (plan.shard_fractions[p] if plan.pipelines[p].shard_fraction is not None
+                and shard > 1 else None)  # None: even shards, 1 / shard
+        opt = [sum(c.optimizer_step_s for c in d.costs) / shard if keep is None
+               else sum(c.optimizer_step_s for c in d.costs) * keep for d in devs]
         # ZeRO-3 prefetches each layer's gather during the previous layer's compute (FSDP,
         # DeepSpeed stage 3): its traffic hides behind the device's whole compute.
         exposed = [max(0.0, sync[p][d.index] - sum(c.fwd_s + c.bwd_s for c in d.costs)
@@ -147,7 +164,7 @@ def estimate(model: Any, cluster: Cluster | None, plan: Plan, *,
             gathered = (_largest_layer_params(graph, plan, d, framework) * 2
                         if zero >= 3 and shard > 1 else 0.0)
             row, problem = _stage_row(plan, d, tl.max_inflight[d.index], len(devs), shard,
-                                      zero, gathered)
+                                      zero, gathered, keep)
             stage_rows.append(row)
             if problem:
                 problems.append(problem)
@@ -195,8 +212,8 @@ def _largest_layer_params(graph: LayerGraph, plan: Plan, d: _Device,
 
 
 def _stage_row(plan: Plan, d: _Device, max_inflight: int, s_count: int,
-               shard: int, zero: int = 1,
-               gathered: float = 0.0) -> tuple[StageEstimate, str | None]:
+               shard: int, zero: int = 1, gathered: float = 0.0,
+               keep: float | None = None) -> tuple[StageEstimate, str | None]:
     v = plan.virtual_stages
     pipe = plan.pipelines[d.pipeline]
     inflight = (max_inflight / v if max_inflight else
@@ -213,15 +230,26 @@ def _stage_row(plan: Plan, d: _Device, max_inflight: int, s_count: int,
         recompute_transient_bytes=max(c.recompute_transient_bytes for c in d.costs),
         recompute_s=sum(c.recompute_s for c in d.costs),
         expert_optimizer_bytes_per_gpu=sum(c.expert_optimizer_bytes_per_gpu for c in d.costs))
-    peak = stage_peak_memory_gib(merged, inflight, shard, zero, gathered, ep=d.ep)
+    peak = stage_peak_memory_gib(merged, inflight, shard, zero, gathered, ep=d.ep,
+                                 fraction=keep)
+    sharded = (2 * (stage_peak_memory_gib(merged, inflight, shard, zero, gathered, ep=d.ep,
+                                          fraction=1.0)
+                    - stage_peak_memory_gib(merged, inflight, shard, zero, gathered, ep=d.ep,
+                                            fraction=0.5)) if shard > 1 else 0.0)
     gpu = d.node.group.gpu
     stages = pipe.stages
     first, last = stages[d.chunks[0]], stages[d.chunks[-1]]
     row = StageEstimate(pipeline=d.pipeline, stage=d.index, gpu=gpu.name, tp=d.tp,
                         layers=(first.layers[0], last.layers[1]), fwd_ms=merged.fwd_s * 1e3,
                         bwd_ms=merged.bwd_s * 1e3, peak_memory_gib=peak,
-                        memory_capacity_gib=gpu.memory_gib,
-                        optimizer_gib=merged.optimizer_bytes_per_gpu / shard / GIB)
+                        memory_capacity_gib=gpu.memory_gib, sharded_gib=sharded,
+                        optimizer_gib=(merged.optimizer_bytes_per_gpu / shard if keep is None
+                                       else merged.optimizer_bytes_per_gpu * keep) / GIB,
+                        chunks=tuple(tuple(stages[j].layers) for j in d.chunks),
+                        memory=stage_memory(merged, inflight, shard, zero, gathered, ep=d.ep,
+                                            fraction=keep),
+                        activation_gib=merged.activation_bytes_per_microbatch * inflight / GIB,
+                        cp=d.cp)
     problem = None
     if peak > gpu.memory_gib:
         problem = (f"pipeline {d.pipeline} stage {d.index} ({gpu.name}): needs {peak:.1f} GiB "

@@ -97,6 +97,11 @@ class Framework:
     """Fused elementwise chains (norm into GEMM, RoPE, SwiGLU / bias-GeLU, bias-dropout-add):
     each block's memory-bound traffic is `cost_models.fusion.fused_traffic_ratio` of the
     eager graph's, from the block's own dimensions (on top of `memory_traffic_scale`)."""
+    max_zero: int = 3
+    """The highest ZeRO stage the stack runs alongside its pipeline schedule (the search tries
+    no higher): Megatron-LM's distributed optimizer and DeepSpeed's pipeline engine shard
+    optimizer state only (DeepSpeed refuses ZeRO-2/3 with pipeline parallelism); torchtitan
+    and hetplan's runtime run FSDP2."""
     fp8: str = field(default="", compare=False)
     """How the stack runs fp8 when the plan's precision is fp8 (documentation only: the
     GEMMs then run at the fp8 peak, `cost_models.compute.matmul_dtype`); empty: no fp8 path."""
@@ -123,7 +128,7 @@ class Framework:
 
 DEFAULT_FRAMEWORK = Framework()
 
-MEGATRON_EAGER = Framework(name="megatron-eager-softmax", attention_flops_share=1.0,
+MEGATRON_EAGER = Framework(max_zero=1, name="megatron-eager-softmax", attention_flops_share=1.0,
                            pads_vocab=True, tied_grad_pairs=True)
 """Megatron-LM 1.x-3.x style: vocab-parallel embedding and logits (padded vocabulary), the
 masked s×s scores computed by a (fused) softmax kernel, as in AMP's DeepSpeed-Megatron v1.1.5
@@ -131,12 +136,12 @@ masked s×s scores computed by a (fused) softmax kernel, as in AMP's DeepSpeed-M
 default record and the Megatron weak-scaling probe (bench/megatron_weak_scaling.py); AMP and
 Sailor have their own records below, which also keep the probabilities in memory."""
 
-DEEPSPEED_PIPELINE = Framework(name="deepspeed-pipeline", attention_flops_share=1.0,
+DEEPSPEED_PIPELINE = Framework(max_zero=1, name="deepspeed-pipeline", attention_flops_share=1.0,
                                pads_vocab=True, tied_grad_pairs=True, p2p_blocking=True)
 """DeepSpeed's `PipelineEngine` over Megatron (BLOOM, MT-NLG)."""
 
 SAILOR_DEEPSPEED = Framework(name="sailor-deepspeed-megatron", attention_flops_share=1.0,
-                             pads_vocab=True, tied_grad_pairs=True,
+                             max_zero=1, pads_vocab=True, tied_grad_pairs=True,
                              keeps_attention_probs=True)
 """Sailor's runs: Megatron-DeepSpeed with DeepSpeed's pipeline engine (`deepspeed/pipe_engine.py`
 in Sailor's repository), non-blocking as `MEGATRON_EAGER` prices it (docs/cost-model.md §7).
@@ -145,8 +150,9 @@ probabilities (`megatron/model/gpt_neo_model.py`), which defines an attention dr
 never applies it."""
 
 AMP_DEEPSPEED_MEGATRON = Framework(name="deepspeed-megatron-1.1.5", attention_flops_share=1.0,
-                                   pads_vocab=True, tied_grad_pairs=True, tied_grad_bytes=2,
-                                   keeps_attention_probs=True, attention_dropout=True)
+                                   max_zero=1, pads_vocab=True, tied_grad_pairs=True,
+                                   tied_grad_bytes=2, keeps_attention_probs=True,
+                                   attention_dropout=True)
 """AMP's runs (DeepSpeed v0.3-era fork with Megatron-LM v1.1.5, fp16): Megatron's layers, and
 DeepSpeed's `_exec_reduce_tied_grads`, which all-reduces the fp16 `.grad` of the tied
 embedding over each pipeline's first and last stage (`fp32_allreduce` applies to the DP
@@ -165,6 +171,7 @@ HETPLAN_RUNTIME = Framework(
 """hetplan's own runtime (what `hetplan launch` runs): the defaults of `Framework`."""
 
 MEGATRON_CORE = Framework(
+    max_zero=1,
     name="megatron", pads_vocab=True, tied_grad_pairs=True, host_dispatch_overlapped=True,
     dp_overlap=True, tp_comm_overlap=True, fused_kernels=True,
     fp8="Transformer Engine delayed-scaling fp8 GEMMs (--fp8-format hybrid), bf16 elsewhere",
@@ -201,6 +208,7 @@ TORCHTITAN = Framework(
 policies are per-run options (`planner.costing.validation.large_runs.torchtitan_framework`)."""
 
 DEEPSPEED = Framework(
+    max_zero=1,
     name="deepspeed", attention_flops_share=1.0, pads_vocab=True, tied_grad_pairs=True,
     p2p_blocking=True,
     sources=(

@@ -95,13 +95,17 @@ def grad_sync_s(graph: LayerGraph, plan: Plan, devices: Sequence[Sequence[SyncDe
                  tied_out)
     if n_pipes == 1:
         return dp_out, tied_out
+    # Uneven ZeRO shards (`shard_fraction`): every ring step moves the largest piece, so the
+    # data-parallel traffic grows by max(fraction) × pipelines over even pieces.
+    given = plan.pipelines[0].shard_fraction is not None and plan.zero_stage
+    uneven = max(plan.shard_fractions) * n_pipes if given else 1.0
     for li, layer in enumerate(graph.layers):
         ds = [devices[p][holder[p][li]] for p in range(n_pipes)]
         ep = max(getattr(d, "ep", 1) for d in ds)
         experts = layer.expert_params if ep > 1 else 0
         own = layer.params - moved[li] - experts
         if own > 0:
-            ring(own * grad_bytes / shard(layer, ds), ds, used_gpus, dp_out)
+            ring(own * grad_bytes * uneven / shard(layer, ds), ds, used_gpus, dp_out)
         # Expert parallelism: expert shard k lives on the k-th pipeline of every ep-block, so
         # each shard's gradient all-reduce runs over those pipelines only (expert-data-parallel).
         for k in range(ep if experts else 0):

@@ -13,7 +13,8 @@ from cost_models.comm import Link, p2p_s, ring_allreduce_s
 from cost_models.efficiency import LINK_EFFICIENCY, LINK_LATENCY_S
 from planner.cluster.model import Node
 
-__all__ = ["a2a_link", "intra_link", "link_of_kind", "nic_link", "p2p_time_s", "ring_time_s"]
+__all__ = ["a2a_link", "cp_ring_link", "intra_link", "link_of_kind", "nic_link", "p2p_time_s",
+           "ring_time_s"]
 
 
 def link_of_kind(kind: str | None, gb_per_s: float) -> Link:
@@ -102,5 +103,23 @@ def a2a_link(members: Sequence[Node], used_gpus: dict[str, int], latency_s: floa
         nic = nic_link(node, 1 / in_use, latency_s)
         scaled = Link(nic.gb_per_s * (n - 1) / off, nic.latency_s)
         link = scaled if link is None else link.slower(scaled)
+    assert link is not None
+    return link
+
+
+def cp_ring_link(members: Sequence[Node], used_gpus: dict[str, int], latency_s: float) -> Link:
+    """The link a context-parallel K/V ring over one GPU on each of `members` sees per step.
+
+    On one node: the intra-node link. Across nodes some step crosses a NIC, and every step
+    waits for the slowest hop; the NIC is shared by all the GPUs in use on its node (their
+    rings and DP traffic run at the same time), as for p2p between stages."""
+    names = {m.name for m in members}
+    if len(names) == 1:
+        return intra_link(members[0])
+    link: Link | None = None
+    for node in {m.name: m for m in members}.values():
+        in_use = max(used_gpus.get(node.name, 1), 1)
+        nl = nic_link(node, 1 / min(in_use, node.group.gpus_per_node), latency_s)
+        link = nl if link is None else link.slower(nl)
     assert link is not None
     return link

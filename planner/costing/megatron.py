@@ -1,8 +1,10 @@
 """`megatron_plan`: the plan a Megatron-style config (tp, pp, dp, micro-batch) describes.
 
-Ranks follow the cluster file's node order in Megatron's order: TP fastest, then DP, then PP,
-so stage s holds ranks [s·dp·tp, (s+1)·dp·tp) and pipeline d's stage s the TP group
-[s·dp·tp + d·tp, s·dp·tp + (d+1)·tp). The plan uses the first tp·pp·dp GPU slots.
+Ranks follow the cluster file's node order in Megatron's order: TP fastest, then CP, then DP,
+then PP, so stage s holds ranks [s·n·tp, (s+1)·n·tp) with n = dp·cp pipelines, and pipeline
+d's stage s the TP group [s·n·tp + d·tp, s·n·tp + (d+1)·tp); pipelines [k·cp, (k+1)·cp) are
+one context-parallel block (the same samples, the sequence split over them), so a cp group
+of tp·cp ≤ GPUs per node stays inside a node. The plan uses the first tp·cp·pp·dp GPU slots.
 """
 
 from __future__ import annotations
@@ -65,11 +67,12 @@ def megatron_plan(model: Any, cluster: Cluster, *, tp: int, pp: int, dp: int, mi
                   global_batch: int, recompute: str = "none", sequence_parallel: bool = False,
                   schedule: str = "1f1b", virtual_stages: int = 1,
                   layers_per_stage: Sequence[int] | None = None, zero1: bool = False,
-                  ep: int = 1, zero: int = 0) -> Plan:
+                  ep: int = 1, zero: int = 0, cp: int = 1) -> Plan:
     """Build the plan for a Megatron-style config over `cluster`'s nodes (see module doc)."""
     graph, _ = resolve_model(model)
     for name, value in (("tp", tp), ("pp", pp), ("dp", dp), ("micro_batch", micro_batch),
-                        ("global_batch", global_batch), ("virtual_stages", virtual_stages)):
+                        ("global_batch", global_batch), ("virtual_stages", virtual_stages),
+                        ("cp", cp)):
         if value < 1:
             raise HetplanError(f"--{name.replace('_', '-')} must be >= 1, got {value}")
     if virtual_stages > 1 and schedule != "interleaved":
@@ -82,12 +85,19 @@ def megatron_plan(model: Any, cluster: Cluster, *, tp: int, pp: int, dp: int, mi
         raise HetplanError(f"--tp {tp} does not divide layer {bad[0].name}'s heads and FFN "
                            f"width (tp must divide {bad[0].max_tp}); pick a divisor of it")
     _check_ep(graph, ep, dp)
-    world = tp * pp * dp
+    if cp > 1 and ep > 1:
+        raise HetplanError(f"--cp {cp} with --ep {ep} is not supported; use one of them")
+    if cp > 1 and graph.seq_len % (2 * cp):
+        raise HetplanError(f"--cp {cp}: the sequence length {graph.seq_len} must divide into "
+                           f"2 × cp = {2 * cp} equal chunks (zig-zag); pick another --cp or "
+                           "--seq-len")
+    world = tp * cp * pp * dp
     slots = [(node.name, local) for node in cluster.nodes
              for local in range(node.group.gpus_per_node)]
     if world > len(slots):
-        raise HetplanError(f"tp ({tp}) × pp ({pp}) × dp ({dp}) = {world} GPUs but cluster "
-                           f"{cluster.name} has {len(slots)}")
+        cp_text = f" × cp ({cp})" if cp > 1 else ""
+        raise HetplanError(f"tp ({tp}){cp_text} × pp ({pp}) × dp ({dp}) = {world} GPUs but "
+                           f"cluster {cluster.name} has {len(slots)}")
     per_pipe, rem = divmod(global_batch, dp * micro_batch)
     if rem or per_pipe < 1:
         raise HetplanError(f"global batch {global_batch} is not a multiple of dp ({dp}) × "
@@ -113,11 +123,12 @@ def megatron_plan(model: Any, cluster: Cluster, *, tp: int, pp: int, dp: int, mi
         bounds.append(bounds[-1] + c)
     group_gpu = {node.name: node.group.gpu.name for node in cluster.nodes}
     pipelines = []
-    for d in range(dp):
+    n_pipes = dp * cp
+    for d in range(n_pipes):
         stages = []
         for j in range(chunks):
             s = j % pp
-            ranks = tuple(s * dp * tp + d * tp + k for k in range(tp))
+            ranks = tuple(s * n_pipes * tp + d * tp + k for k in range(tp))
             node_names = {slots[r][0] for r in ranks}
             if len(node_names) > 1:
                 raise HetplanError(f"TP group of pipeline {d} stage {s} (ranks {ranks[0]}-"
@@ -125,7 +136,8 @@ def megatron_plan(model: Any, cluster: Cluster, *, tp: int, pp: int, dp: int, mi
                                    "that divides the GPUs per node")
             stages.append(Stage(layers=(bounds[j], bounds[j + 1]),
                                 gpu=group_gpu[slots[ranks[0]][0]], tp=tp, ranks=ranks,
-                                recompute=recompute, ep=ep if ep > 1 else None))
+                                recompute=recompute, ep=ep if ep > 1 else None,
+                                cp=cp if cp > 1 else None))
         pipelines.append(Pipeline(microbatches=per_pipe, stages=tuple(stages)))
     ranks_table = tuple(RankInfo(rank=r, node=slots[r][0], local_rank=slots[r][1])
                         for r in range(world))

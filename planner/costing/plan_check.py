@@ -5,7 +5,8 @@ simulated, dry-run, launched or written.
 once, TP groups inside one node, micro-batches adding up). This module checks what needs the
 model and the cluster: the layer count, that every rank's node exists and has the GPUs the
 plan puts on it, that each stage names a known GPU and the one its node has, and that each
-TP degree splits every layer of its stage evenly (heads, KV heads, FFN width). A TP group
+TP degree splits every layer of its stage evenly (heads, KV heads, FFN width), and that each
+context-parallel degree cuts the sequence into equal zig-zag chunks. A TP group
 need not divide its node (TP 2 and TP 1 side by side on a 3-GPU node run fine).
 `estimate` calls `check_against` first, so the search's outputs, `estimate`, `simulate`,
 `dryrun` and `launch` all pass through the same rules; each failure is one SpecError line
@@ -95,7 +96,24 @@ def check_against(plan: Plan, graph: LayerGraph, cluster: Cluster, *,
                 raise SpecError(where, f"{field}.tp", f"TP {st.tp} with sequence_parallel "
                                 f"needs the sequence length {graph.seq_len} to divide by it; "
                                 "pick a TP degree that divides it or turn sequence_parallel off")
+            _check_context(st, plan.sequence_parallel, graph, field, where)
     return rank_node
+
+
+def _check_context(st: Any, sequence_parallel: bool, graph: LayerGraph, field: str,
+                   where: str) -> None:
+    """Context parallelism cuts each sequence into 2·cp equal zig-zag chunks (schema.py), and
+    sequence parallelism then slices a GPU's seq/cp tokens over its TP ranks."""
+    cp = st.cp or 1
+    if cp == 1:
+        return
+    need = 2 * cp * (st.tp if sequence_parallel else 1)
+    if graph.seq_len % need:
+        how = f"2 × cp {cp}" + (f" × TP {st.tp} (sequence_parallel)" if sequence_parallel
+                                else "")
+        raise SpecError(where, f"{field}.cp", f"cp {cp} needs the sequence length "
+                        f"{graph.seq_len} to divide by {how} = {need}; pick a cp whose "
+                        "zig-zag chunks divide the sequence")
 
 
 def _rank_nodes(plan: Plan, cluster: Cluster, where: str) -> dict[int, Node]:

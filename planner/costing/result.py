@@ -5,7 +5,35 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Estimate", "StageEstimate"]
+__all__ = ["Estimate", "StageEstimate", "StageMemory"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StageMemory:
+    """What one GPU of a stage holds at its peak, GiB; the parts add up to the peak."""
+
+    weights_gib: float
+    """Parameters in the training dtype (after ZeRO-3 sharding, plus the layers it gathers)."""
+    gradients_gib: float
+    """Their gradients (after ZeRO-2 sharding)."""
+    optimizer_gib: float
+    """fp32 master weights and Adam moments (after ZeRO-1 sharding)."""
+    activations_gib: float
+    """Saved activations of the micro-batches in flight at the peak."""
+    other_gib: float
+    """Workspace: the recompute transient plus the fixed framework overhead (CUDA context,
+    NCCL buffers, allocator fragmentation)."""
+
+    @property
+    def total_gib(self) -> float:
+        return (self.weights_gib + self.gradients_gib + self.optimizer_gib
+                + self.activations_gib + self.other_gib)
+
+    def to_dict(self) -> dict[str, float]:
+        return {"weights": round(self.weights_gib, 6), "gradients": round(self.gradients_gib, 6),
+                "optimizer": round(self.optimizer_gib, 6),
+                "activations": round(self.activations_gib, 6),
+                "other": round(self.other_gib, 6)}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -18,7 +46,7 @@ class StageEstimate:
     tp: int
     layers: tuple[int, int]
     """[start, end) of the group's layers (under interleaving: first chunk's start, last
-    chunk's end; the chunks in between belong to other groups)."""
+    chunk's end; the chunks in between belong to other groups: see `chunks`)."""
     fwd_ms: float
     """Forward time of one micro-batch on this stage (compute + TP communication)."""
     bwd_ms: float
@@ -28,6 +56,19 @@ class StageEstimate:
     optimizer_gib: float = 0.0
     """Optimizer state per GPU (fp32 master weights and Adam moments) after ZeRO sharding:
     part of `peak_memory_gib`."""
+    chunks: tuple[tuple[int, int], ...] = ()
+    """[start, end) of each model chunk the group holds (one, or V under interleaving)."""
+    memory: StageMemory | None = None
+    """`peak_memory_gib` by part."""
+    activation_gib: float = 0.0
+    """Activations of the in-flight micro-batches per GPU at the peak: part of
+    `peak_memory_gib` (context parallelism divides it by cp)."""
+    cp: int = 1
+    """Context-parallel degree (the sequence split over cp GPUs)."""
+    sharded_gib: float = 0.0
+    """The ZeRO-shardable state of one GPU of this stage at its plan's ZeRO stage, before
+    sharding: its memory is `peak_memory_gib` - (its shard fraction) × this + this × (its new
+    fraction) under another `shard_fraction` (the search's Cephalo-style split)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -36,10 +77,14 @@ class StageEstimate:
             "gpu": self.gpu,
             "tp": self.tp,
             "layers": list(self.layers),
+            "chunks": [list(c) for c in self.chunks or (self.layers,)],
             "fwd_ms": round(self.fwd_ms, 6),
             "bwd_ms": round(self.bwd_ms, 6),
             "peak_memory_gib": round(self.peak_memory_gib, 6),
             "memory_capacity_gib": round(self.memory_capacity_gib, 6),
+            **({"memory_gib": self.memory.to_dict()} if self.memory is not None else {}),
+            "activation_gib": round(self.activation_gib, 6),
+            **({"cp": self.cp} if self.cp > 1 else {}),
         }
 
 

@@ -13,6 +13,7 @@ from itertools import accumulate
 
 from cost_models.comm import Link, allreduce_s, alltoall_s
 from cost_models.compute import LayerWork, adam_step_s, gemm_s, layer_compute_s, memory_s
+from cost_models.context import ring_attention_exposed_s
 from cost_models.efficiency import KERNELS_PER_BLOCK_FWD, constants_for
 from cost_models.fusion import fused_traffic_ratio
 from cost_models.gpu import GpuSpec
@@ -27,10 +28,11 @@ from cost_models.moe import DEFAULT_CAPACITY_FACTOR
 from cost_models.profiles import ProfileSet, default_profiles
 from planner.costing.framework import DEFAULT_FRAMEWORK, Framework
 from planner.costing.links import link_of_kind
+from planner.costing.result import StageMemory
 from planner.graph.layers import Layer, LayerGraph
 
-__all__ = ["LayerCostTable", "StageCost", "layer_cost_table", "stage_cost",
-           "stage_peak_memory_gib", "tp_split"]
+__all__ = ["LayerCostTable", "StageCost", "kv_bytes_per_sequence", "layer_cost_table",
+           "stage_cost", "stage_memory", "stage_peak_memory_gib", "tp_split"]
 
 _KERNELS = {"embedding": 4, "block": KERNELS_PER_BLOCK_FWD, "head": 10,
             "other": KERNELS_PER_BLOCK_FWD}
@@ -147,11 +149,19 @@ def _layer_costs(layer: Layer, graph: LayerGraph, gpu: GpuSpec, tp: int, mb: int
                  recompute: str, precision: str, sp: bool, link: Link,
                  profiles: ProfileSet, fw: Framework = DEFAULT_FRAMEWORK,
                  moe: tuple[int, Link | None, float] = (1, None, DEFAULT_CAPACITY_FACTOR),
+                 context: tuple[int, Link | None] = (1, None),
                  ) -> tuple[float, ...]:
     """(fwd, bwd, bwd_weight, params/GPU, activation bytes/GPU, update, transient, recompute)
     of one layer; `bwd` includes the recompute time. `moe` is (expert-parallel degree, the
-    all-to-all's link, capacity factor) for a mixture-of-experts layer."""
-    b, t = mb, tp
+    all-to-all's link, capacity factor) for a mixture-of-experts layer; `context` is
+    (context-parallel degree, its ring's link)."""
+    cp, cp_link = context
+    # Context parallelism gives each GPU seq/cp of every sequence: 2 of 2·cp zig-zag chunks,
+    # so even the causal attention core divides evenly (Megatron-Core context parallelism;
+    # Liu et al., "Ring Attention", 2023). Every per-GPU figure below is linear in the
+    # sequences per micro-batch (attention too: seq/cp queries against all seq keys is 1/cp
+    # of the s² work), so the layer is priced as mb/cp sequences, plus the K/V ring.
+    b, t = mb / cp, tp
     split = tp_split(layer, fw, t)
     ts = t if split else 1
     ep, ep_link, capacity = moe
@@ -199,6 +209,10 @@ def _layer_costs(layer: Layer, graph: LayerGraph, gpu: GpuSpec, tp: int, mb: int
         w = work.gemm_width
         comm_fwd = max(0.0, comm - gemm_s(work.fwd_matmul_flops, gpu, precision, w))
         comm_bwd = max(0.0, comm - gemm_s(work.bwd_act_matmul_flops, gpu, precision, w))
+    if cp > 1 and cp_link is not None and layer.kind == "block":
+        ring_fwd, ring_bwd = _ring_exposed_s(layer, graph, gpu, b, ts, cp, cp_link,
+                                             fw.attention_flops_share, work.gemm_width)
+        comm_fwd, comm_bwd = comm_fwd + ring_fwd, comm_bwd + ring_bwd
     fwd, bwd = fwd + comm_fwd, bwd_act + bwd_w + comm_bwd
     prof, prof_tp = None, t
     if len(profiles):
@@ -262,6 +276,27 @@ def _layer_costs(layer: Layer, graph: LayerGraph, gpu: GpuSpec, tp: int, mb: int
     return fwd, bwd, bwd_w, params, act, update, transient, bwd - no_recompute_bwd, experts
 
 
+def _ring_exposed_s(layer: Layer, graph: LayerGraph, gpu: GpuSpec, b: float, ts: int, cp: int,
+                    link: Link, share: float, width: float) -> tuple[float, float]:
+    """(forward, backward) seconds of a block's K/V ring that its attention core does not hide.
+
+    `b` is the sequences' share on this GPU (mb / cp): its K and V are b·seq·kv_heads·head_dim
+    elements each per TP rank's 1/ts of the KV heads; the attention core of those queries
+    against all keys is the block's attention FLOPs at the same share (causal part only)."""
+    kv_bytes = b * kv_bytes_per_sequence(layer, graph) / ts
+    attn_s = gemm_s(b * share * layer.fwd_attention_flops / ts, gpu, "bf16", width)
+    return ring_attention_exposed_s(kv_bytes, attn_s, cp, link)
+
+
+def kv_bytes_per_sequence(layer: Layer, graph: LayerGraph) -> float:
+    """K and V of one block for one whole sequence: 2 · seq · kv_heads · head_dim · dtype
+    bytes (tp_dims = heads, KV heads, FFN width; head_dim = hidden / heads)."""
+    if len(layer.tp_dims) < 2 or layer.tp_dims[0] <= 0:
+        return 0.0
+    heads, kv_heads = layer.tp_dims[:2]
+    return 2.0 * graph.seq_len * kv_heads * (layer.matmul_dim // heads) * graph.dtype_bytes
+
+
 def _fused_ratio(layer: Layer, graph: LayerGraph) -> float:
     """Fused over eager memory-bound traffic of a block (`cost_models.fusion`), from the block's
     dimensions: hidden = `matmul_dim`, (heads, KV heads, FFN) = `tp_dims`; a gated MLP
@@ -312,19 +347,21 @@ def layer_cost_table(graph: LayerGraph, gpu: GpuSpec, tp: int, micro_batch: int,
                      profiles: ProfileSet | None = None,
                      framework: Framework = DEFAULT_FRAMEWORK, ep: int = 1,
                      ep_link: Link | None = None,
-                     capacity_factor: float = DEFAULT_CAPACITY_FACTOR) -> LayerCostTable:
+                     capacity_factor: float = DEFAULT_CAPACITY_FACTOR, cp: int = 1,
+                     cp_link: Link | None = None) -> LayerCostTable:
     """Per-layer cost prefix sums for one configuration (cached on the graph's identity).
 
     `ep` / `ep_link`: expert-parallel degree and its all-to-all link (mixture-of-experts
-    layers); `capacity_factor`: the busiest expert's load over the balanced one."""
-    if tp < 1 or micro_batch < 1:
-        raise ValueError(f"tp ({tp}) and micro_batch ({micro_batch}) must be >= 1")
+    layers); `capacity_factor`: the busiest expert's load over the balanced one; `cp` /
+    `cp_link`: context-parallel degree and its K/V ring's link."""
+    if tp < 1 or micro_batch < 1 or cp < 1:
+        raise ValueError(f"tp ({tp}), micro_batch ({micro_batch}) and cp ({cp}) must be >= 1")
     if recompute not in ("none", "selective", "full"):
         raise ValueError(f"recompute must be none, selective or full, got {recompute!r}")
     profiles = default_profiles() if profiles is None else profiles
     key = (id(graph), gpu.name, tp, micro_batch, recompute, precision, sequence_parallel,
            intra_node_gb_per_s, intra_node_link, id(profiles), framework, ep, ep_link,
-           capacity_factor)
+           capacity_factor, cp, cp_link)
     hit = _CACHE.get(key)
     if hit is not None and hit[0] is graph and hit[1] is profiles:
         return hit[2]
@@ -338,7 +375,7 @@ def layer_cost_table(graph: LayerGraph, gpu: GpuSpec, tp: int, micro_batch: int,
         if contents not in same:
             same[contents] = _layer_costs(layer, graph, gpu, tp, micro_batch, recompute,
                                           precision, sequence_parallel, link, profiles, framework,
-                                          (ep, ep_link, capacity_factor))
+                                          (ep, ep_link, capacity_factor), (cp, cp_link))
         rows.append(same[contents])
     cols = list(zip(*rows, strict=True))
 
@@ -349,7 +386,7 @@ def layer_cost_table(graph: LayerGraph, gpu: GpuSpec, tp: int, micro_batch: int,
         fwd_s=prefix(cols[0]), bwd_s=prefix(cols[1]), bwd_weight_s=prefix(cols[2]),
         params=prefix(cols[3]), activation_bytes=prefix(cols[4]), update_s=prefix(cols[5]),
         transient_bytes=tuple(cols[6]),
-        output_bytes=tuple(micro_batch * layer.output_bytes for layer in graph.layers),
+        output_bytes=tuple(micro_batch / cp * layer.output_bytes for layer in graph.layers),
         state_bytes_per_param=state_bytes_per_param(precision),
         optimizer_bytes_per_param=optimizer_bytes_per_param(precision),
         recompute_s=prefix(cols[7]),
@@ -368,32 +405,40 @@ def stage_cost(graph: LayerGraph, start: int, end: int, gpu: GpuSpec, tp: int, m
                profiles: ProfileSet | None = None,
                framework: Framework = DEFAULT_FRAMEWORK, ep: int = 1,
                ep_link: Link | None = None,
-               capacity_factor: float = DEFAULT_CAPACITY_FACTOR) -> StageCost:
+               capacity_factor: float = DEFAULT_CAPACITY_FACTOR, cp: int = 1,
+               cp_link: Link | None = None) -> StageCost:
     """Cost of layers [start, end) on a TP group of `tp` GPUs of type `gpu`, one micro-batch.
 
     `intra_node_gb_per_s` / `intra_node_link` describe the TP group's link (default: the GPU's
     usual one); `profiles` defaults to the shipped profile files (pass `ProfileSet()` for the
     analytic model alone); `framework` describes the executing framework (default: hetplan's
-    runtime, see `planner.costing.framework`).
+    runtime, see `planner.costing.framework`); `cp` splits each sequence over `cp` GPUs
+    (context parallelism) whose K/V ring runs over `cp_link`.
     """
     return layer_cost_table(
         graph, gpu, tp, micro_batch, recompute, precision=precision,
         sequence_parallel=sequence_parallel, intra_node_gb_per_s=intra_node_gb_per_s,
         intra_node_link=intra_node_link, profiles=profiles, framework=framework, ep=ep,
-        ep_link=ep_link, capacity_factor=capacity_factor).stage(start, end)
+        ep_link=ep_link, capacity_factor=capacity_factor, cp=cp,
+        cp_link=cp_link).stage(start, end)
 
 
 def stage_peak_memory_gib(cost: StageCost, inflight_microbatches: float,
                           zero1_dp: int = 1, zero: int = 1,
-                          gathered_params: float = 0.0, ep: int = 1) -> float:
+                          gathered_params: float = 0.0, ep: int = 1,
+                          fraction: float | None = None) -> float:
     """Peak memory of one GPU of the stage: model state sharded over `zero1_dp` at ZeRO stage
     `zero` (1: optimizer state, 2: and gradients, 3: and weights, plus `gathered_params` held
     whole at once; routed experts' optimizer state over zero1_dp / ep), activations of the
-    in-flight micro-batches, recompute transient, framework overhead."""
-    shed = 1 - 1 / max(zero1_dp, 1)
+    in-flight micro-batches, recompute transient, framework overhead. `fraction`: the share of
+    the sharded state this GPU keeps (a plan's `shard_fraction`; default 1 / zero1_dp)."""
+    keep = fraction if fraction is not None and zero1_dp > 1 else 1 / max(zero1_dp, 1)
+    shed = 1 - keep
     opt = cost.optimizer_bytes_per_gpu
     expert_opt = cost.expert_optimizer_bytes_per_gpu
     expert_dp = max(zero1_dp // max(ep, 1), 1)
+    if fraction is not None and zero1_dp > 1:
+        expert_dp = 1 / min(1.0, keep * max(ep, 1))  # the expert group's share, scaled alike
     # Weights and gradients are the rest of the state, one half each (2 + 2 B or 4 + 4 B).
     half = (cost.static_bytes_per_gpu - opt) / 2
     per_param = half / cost.params_per_gpu if cost.params_per_gpu else 0.0
@@ -406,3 +451,30 @@ def stage_peak_memory_gib(cost: StageCost, inflight_microbatches: float,
         state += gathered_params * 2 * per_param  # the gathered weights and their gradients
     act = cost.activation_bytes_per_microbatch * inflight_microbatches
     return (state + act + cost.recompute_transient_bytes) / GIB + FRAMEWORK_OVERHEAD_GIB
+
+
+def stage_memory(cost: StageCost, inflight_microbatches: float, zero1_dp: int = 1,
+                 zero: int = 1, gathered_params: float = 0.0, ep: int = 1,
+                 fraction: float | None = None) -> StageMemory:
+    """`stage_peak_memory_gib` by part (same arguments, same arithmetic term by term)."""
+    keep = fraction if fraction is not None and zero1_dp > 1 else 1 / max(zero1_dp, 1)
+    shed = 1 - keep
+    opt = cost.optimizer_bytes_per_gpu
+    expert_opt = cost.expert_optimizer_bytes_per_gpu
+    expert_dp = max(zero1_dp // max(ep, 1), 1)
+    if fraction is not None and zero1_dp > 1:
+        expert_dp = 1 / min(1.0, keep * max(ep, 1))
+    half = (cost.static_bytes_per_gpu - opt) / 2
+    per_param = half / cost.params_per_gpu if cost.params_per_gpu else 0.0
+    weights = grads = half
+    if zero >= 2:
+        grads -= half * shed
+    if zero >= 3:
+        weights -= half * shed
+        weights += gathered_params * per_param
+        grads += gathered_params * per_param
+    optimizer = opt - (opt - expert_opt) * shed - expert_opt * (1 - 1 / expert_dp)
+    return StageMemory(
+        weights_gib=weights / GIB, gradients_gib=grads / GIB, optimizer_gib=optimizer / GIB,
+        activations_gib=cost.activation_bytes_per_microbatch * inflight_microbatches / GIB,
+        other_gib=cost.recompute_transient_bytes / GIB + FRAMEWORK_OVERHEAD_GIB)

@@ -46,10 +46,11 @@ def _reason(shape: UniformShape | str, target: str, model: dict[str, Any]) -> st
 def _notes(plan: Plan, shape: UniformShape, target: str) -> list[str]:
     model = plan.model or {}
     cluster = plan.cluster or {}
-    world = shape.tp * shape.pp * shape.dp
+    world = shape.tp * shape.cp * shape.pp * shape.dp
+    cp = f"CP {shape.cp} × " if shape.cp > 1 else ""
     notes = [f"hetplan export --to {target}: {model.get('name', 'model')} on "
              f"{cluster.get('name', 'cluster')}, {world} × {shape.gpu}: TP {shape.tp} × "
-             f"PP {shape.pp} × DP {shape.dp}, {shape.microbatches_per_pipeline} micro-batches "
+             f"{cp}PP {shape.pp} × DP {shape.dp}, {shape.microbatches_per_pipeline} micro-batches "
              f"of {shape.micro_batch_size} per replica, schedule {shape.schedule}"]
     pred = plan.predicted or {}
     if "iteration_time_s" in pred:

@@ -71,6 +71,8 @@ def megatron_args(shape: UniformShape, model: dict[str, Any]) -> list[tuple[str,
     args = _model_args(model)
     args += [("--tensor-model-parallel-size", shape.tp),
              ("--pipeline-model-parallel-size", shape.pp)]
+    if shape.cp > 1:
+        args.append(("--context-parallel-size", shape.cp))
     args += _split_args(shape)
     args += [("--micro-batch-size", shape.micro_batch_size),
              ("--global-batch-size", shape.global_batch_size)]

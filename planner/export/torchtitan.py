@@ -53,6 +53,7 @@ def torchtitan_toml(shape: UniformShape, model: dict[str, Any], notes: list[str]
         ("parallelism", [("data_parallel_replicate_degree", replicate),
                          ("data_parallel_shard_degree", shard),
                          ("tensor_parallel_degree", shape.tp),
+                         *([("context_parallel_degree", shape.cp)] if shape.cp > 1 else []),
                          ("pipeline_parallel_degree", shape.pp),
                          ("pipeline_parallel_schedule", TORCHTITAN_SCHEDULES[shape.schedule]),
                          ("pipeline_parallel_microbatch_size", shape.micro_batch_size),

@@ -36,8 +36,10 @@ class UniformShape:
     num_layers: int
     """Chain length: embedding + transformer blocks + head."""
     megatron_rank_order: bool
-    """True when the plan's ranks follow Megatron's/torchtitan's order (TP fastest, then DP,
-    then PP), so the launch order places every stage where the plan put it."""
+    """True when the plan's ranks follow Megatron's/torchtitan's order (TP fastest, then CP,
+    then DP, then PP), so the launch order places every stage where the plan put it."""
+    cp: int = 1
+    """Context-parallel degree (pipelines per cp-block); `dp` counts the blocks."""
 
     @property
     def blocks(self) -> int:
@@ -50,7 +52,8 @@ class UniformShape:
 
 
 def megatron_rank_order(plan: Plan) -> bool:
-    """Pipeline d's stage s on ranks [s·dp·tp + d·tp, … + tp) for every d and s."""
+    """Pipeline d's stage s on ranks [s·dp·tp + d·tp, … + tp) for every d and s (dp counting
+    every pipeline: cp-blocks' pipelines are consecutive, CP just outside TP)."""
     dp = len(plan.pipelines)
     for d in range(dp):
         for s, st in enumerate(plan.device_groups(d)):
@@ -86,12 +89,16 @@ def uniform_shape(plan: Plan) -> UniformShape | str:
     if len(gpus) > 1:
         return (f"mixed GPU pipelines: stages run on {', '.join(gpus)}; the framework places "
                 "ranks by launch order only and balances nothing by GPU type")
+    cp = plan.cp(0)
+    if any(plan.cp(p) != cp for p in range(len(plan.pipelines))):
+        return ("per-pipeline context parallelism: pipelines use different cp degrees; the "
+                "framework has one CP degree for the whole run")
     modes = sorted({st.recompute for st in stages})
     if len(modes) > 1:
         return (f"per-stage recompute: stages use {', '.join(modes)}; the framework applies "
                 "one recompute policy to every stage")
     return UniformShape(
-        tp=tps[0], pp=len(plan.device_groups(0)), dp=len(plan.pipelines),
+        tp=tps[0], pp=len(plan.device_groups(0)), dp=len(plan.pipelines) // cp, cp=cp,
         virtual_stages=plan.virtual_stages, micro_batch_size=plan.micro_batch_size,
         global_batch_size=plan.global_batch_size,
         microbatches_per_pipeline=first.microbatches, schedule=plan.schedule,

@@ -4,8 +4,11 @@ Supported `model_type`s: llama, mistral, qwen2, and the mixture-of-experts mixtr
 qwen2_moe and deepseek (DeepSeek-MoE) (all: RMSNorm, SwiGLU, RoPE, GQA → our
 `llama`), gpt2, gpt_neo, opt (→ our `gpt`). What our modules do not model is dropped
 and said so in `source`: Qwen2's q/k/v biases, OPT's narrower word-embedding projection
-(`word_embed_proj_dim`), post-norm and ReLU, GPT-Neo's local attention. `seq_len` is
-`max_position_embeddings` (override it with `ModelSpec.replace(seq_len=...)`).
+(`word_embed_proj_dim`), post-norm and ReLU, GPT-Neo's local attention.
+
+A config.json gives the longest context the model supports (`max_position_embeddings`), not
+the length it is trained at; `seq_len` is chosen by `planner.graph.seq_len.choose_seq_len`
+(the caller's, else a default of at most 4096 tokens, with a notice).
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from typing import Any
 
 from planner.errors import SpecError
 
-__all__ = ["from_hf_config", "looks_like_hf_config"]
+__all__ = ["from_hf_config", "hf_max_positions", "looks_like_hf_config"]
 
 _LLAMA_LIKE = ("llama", "mistral", "qwen2", "mixtral", "qwen2_moe", "deepseek")
 _MOE = ("mixtral", "qwen2_moe", "deepseek")
@@ -46,6 +49,14 @@ _GPT_LIKE = {
 
 def looks_like_hf_config(data: dict[str, Any]) -> bool:
     return "architecture" not in data and ("model_type" in data or "architectures" in data)
+
+
+def hf_max_positions(data: dict[str, Any], where: str) -> Any:
+    """The config's longest supported context in tokens (`max_position_embeddings`, GPT-2's
+    `n_positions`), as written (ModelSpec validates it once it becomes a seq_len)."""
+    model_type = data.get("model_type")
+    key = _GPT_LIKE[model_type].seq_len if model_type in _GPT_LIKE else "max_position_embeddings"
+    return _need(data, key, where)
 
 
 def _need(data: dict[str, Any], key: str, where: str) -> Any:
@@ -90,11 +101,15 @@ def _moe_fields(data: dict[str, Any], model_type: str, where: str) -> dict[str, 
 
 
 def from_hf_config(data: dict[str, Any], where: str, *, default_name: str) -> dict[str, Any]:
-    """ModelSpec fields (a dict, validated later) for a HuggingFace config."""
+    """ModelSpec fields (a dict, validated later) for a HuggingFace config, all but
+    `seq_len` (see `hf_max_positions`)."""
     model_type = data.get("model_type")
     name = default_name
-    if isinstance(data.get("_name_or_path"), str) and data["_name_or_path"]:
-        name = data["_name_or_path"].rstrip("/").rsplit("/", 1)[-1]
+    if isinstance(data.get("_name_or_path"), str):
+        # `org/Model` -> `Model`; a local path such as "./" or "/" names nothing.
+        tail = data["_name_or_path"].rstrip("/").rsplit("/", 1)[-1]
+        if tail.strip(". "):
+            name = tail
     note = f"HuggingFace config.json ({where}, model_type {model_type})"
     if model_type in _LLAMA_LIKE:
         heads = _need(data, "num_attention_heads", where)
@@ -107,7 +122,6 @@ def from_hf_config(data: dict[str, Any], where: str, *, default_name: str) -> di
             "num_kv_heads": data.get("num_key_value_heads") or None,
             "ffn_hidden_size": _need(data, "intermediate_size", where),
             "vocab_size": _need(data, "vocab_size", where),
-            "seq_len": _need(data, "max_position_embeddings", where),
             "tie_embeddings": bool(data.get("tie_word_embeddings", False)),
             "norm_eps": data.get("rms_norm_eps", 1e-6),
             "rope_theta": data.get("rope_theta", 10000.0),
@@ -126,7 +140,6 @@ def from_hf_config(data: dict[str, Any], where: str, *, default_name: str) -> di
             "num_attention_heads": _need(data, keys.heads, where),
             "ffn_hidden_size": _gpt_ffn(data, keys, where),
             "vocab_size": _need(data, "vocab_size", where),
-            "seq_len": _need(data, keys.seq_len, where),
             "tie_embeddings": bool(data.get("tie_word_embeddings", True)),
         }
         if keys.norm_eps is not None:

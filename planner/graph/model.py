@@ -13,6 +13,7 @@ from planner.graph.embedded import load_factory, module_model
 from planner.graph.extract import extract, torch_dtype
 from planner.graph.layers import Layer, LayerGraph
 from planner.graph.load_spec import load_model_spec
+from planner.graph.seq_len import Notice, check_seq_len
 from planner.graph.spec import ModelSpec, Precision
 from planner.graph.user_module import graph_from_module
 
@@ -52,12 +53,29 @@ class Model:
         return self.graph.seq_len
 
 
-def load_model(path_or_name_or_spec: str | Path | ModelSpec | Model) -> Model:
-    """A Model from a bundled name, a YAML / config.json path, a ModelSpec, or a Model."""
-    if isinstance(path_or_name_or_spec, Model):
-        return path_or_name_or_spec
-    spec = (path_or_name_or_spec if isinstance(path_or_name_or_spec, ModelSpec)
-            else load_model_spec(path_or_name_or_spec))
+def load_model(path_or_name_or_spec: str | Path | ModelSpec | Model, *,
+               seq_len: int | None = None, notice: Notice | None = None) -> Model:
+    """A Model from a bundled name, a YAML / config.json path, a ModelSpec, or a Model.
+
+    `seq_len`: the training sequence length in tokens, overriding the file's or spec's (a
+    config.json without it gets a default and a notice, see `load_model_spec`). A user's
+    module keeps the length it was measured at; asking for another is an error.
+    """
+    if seq_len is not None:
+        check_seq_len(seq_len)
+    source = path_or_name_or_spec
+    if isinstance(source, Model):
+        if seq_len is None or seq_len == source.seq_len:
+            return source
+        if source.spec is None:
+            raise HetplanError(f"model {source.name} was measured from a module at seq_len "
+                               f"{source.seq_len}; measure it again with an example input of "
+                               f"{seq_len} tokens (from_module) to plan that length")
+        source = source.spec
+    if isinstance(source, ModelSpec):
+        spec = source if seq_len is None else source.replace(seq_len=seq_len)
+    else:
+        spec = load_model_spec(source, seq_len=seq_len, notice=notice)
     return Model(spec=spec, graph=extract(spec), precision=spec.training.precision)
 
 

@@ -90,7 +90,7 @@ def default_ffn_hidden_size(architecture: str, hidden_size: int) -> int:
 
 
 class ModelSpec(BaseModel):
-    """A decoder-only transformer's shape (see docs: configs/models/*.yaml)."""
+    """A decoder-only transformer's shape (see docs: planner/configs/models/*.yaml)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 

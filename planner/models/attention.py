@@ -8,7 +8,7 @@ could checkpoint it alone.
 from __future__ import annotations
 
 import math
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
@@ -36,12 +36,17 @@ class CoreAttention(nn.Module):
         self.impl = impl
         self.dropout = dropout
 
-    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                allowed: torch.Tensor | None = None) -> torch.Tensor:
+        """`allowed`: (queries, keys) boolean mask of the keys each query sees, for queries
+        and keys that are not one contiguous causal sequence (context parallelism); None:
+        causal over the same positions."""
         p = self.dropout if self.training else 0.0
         gqa = q.shape[1] != k.shape[1]
         if self.impl == "sdpa":
             return F.scaled_dot_product_attention(
-                q, k, v, dropout_p=p, is_causal=True, enable_gqa=gqa
+                q, k, v, attn_mask=allowed, dropout_p=p, is_causal=allowed is None,
+                enable_gqa=gqa
             )
         if gqa:
             group = q.shape[1] // k.shape[1]
@@ -49,18 +54,26 @@ class CoreAttention(nn.Module):
             v = v.repeat_interleave(group, dim=1)
         s = q.shape[-2]
         # An additive mask: adding saves nothing for backward (masked_fill would save the mask).
-        mask = torch.full((s, s), float("-inf"), device=q.device, dtype=q.dtype).triu(1)
+        if allowed is None:
+            mask = torch.full((s, s), float("-inf"), device=q.device, dtype=q.dtype).triu(1)
+        else:
+            mask = torch.zeros(allowed.shape, device=q.device, dtype=q.dtype).masked_fill(
+                ~allowed, float("-inf"))
         scores = torch.matmul(q, k.transpose(-2, -1)) * (1.0 / math.sqrt(q.shape[-1])) + mask
         probs = F.softmax(scores, dim=-1)
         probs = dropout(probs, p, self.training)
         return torch.matmul(probs, v)
 
 
-def apply_rope(x: torch.Tensor, theta: float) -> torch.Tensor:
-    """Rotary position embedding (rotate-half layout) on (batch, heads, seq, head_dim)."""
+def apply_rope(x: torch.Tensor, theta: float,
+               positions: torch.Tensor | None = None) -> torch.Tensor:
+    """Rotary position embedding (rotate-half layout) on (batch, heads, seq, head_dim), at
+    `positions` along the sequence (default 0 .. seq-1)."""
     s, d = x.shape[-2], x.shape[-1]
     inv_freq = 1.0 / (theta ** (torch.arange(0, d, 2, device=x.device, dtype=torch.float32) / d))
-    angles = torch.outer(torch.arange(s, device=x.device, dtype=torch.float32), inv_freq)
+    if positions is None:
+        positions = torch.arange(s, device=x.device)
+    angles = torch.outer(positions.to(device=x.device, dtype=torch.float32), inv_freq)
     cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
     x1, x2 = x[..., : d // 2], x[..., d // 2 :]
     return torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)
@@ -89,6 +102,10 @@ class Attention(nn.Module):
         self.o = nn.Linear(hidden_size, hidden_size, bias=bias)
         self.rope_theta = rope_theta
         self.core = CoreAttention(impl, dropout)
+        self.context: Any = None
+        """Context parallelism (set by the runtime, `planner/runtime/context.py`): this
+        rank's token positions and the K/V all-gather over its cp group; None: whole
+        sequences."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, s, _ = x.shape
@@ -96,7 +113,12 @@ class Attention(nn.Module):
         q = self.q(x).view(b, s, -1, self.head_dim).transpose(1, 2)
         k = self.k(x).view(b, s, -1, self.head_dim).transpose(1, 2)
         v = self.v(x).view(b, s, -1, self.head_dim).transpose(1, 2)
+        ctx = self.context
+        pos = None if ctx is None else ctx.positions(s, x.device)
         if self.rope_theta is not None:
-            q, k = apply_rope(q, self.rope_theta), apply_rope(k, self.rope_theta)
-        out = self.core(q, k, v)
+            q, k = apply_rope(q, self.rope_theta, pos), apply_rope(k, self.rope_theta, pos)
+        if ctx is None:
+            out = self.core(q, k, v)
+        else:  # every key of the sequence, gathered from the cp group; causal by position
+            out = self.core(q, ctx.gather(k), ctx.gather(v), ctx.allowed(s, x.device))
         return self.o(out.transpose(1, 2).reshape(b, s, -1))

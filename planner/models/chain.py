@@ -29,11 +29,16 @@ class Embedding(nn.Module):
         self.tok = nn.Embedding(vocab_size, hidden_size)
         self.pos = nn.Embedding(max_positions, hidden_size) if max_positions else None
         self.dropout = dropout
+        self.context: Any = None
+        """Context parallelism (set by the runtime): the positions of this rank's tokens."""
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         x = self.tok(tokens)
         if self.pos is not None:
-            x = x + self.pos(torch.arange(tokens.shape[1], device=tokens.device))
+            s = tokens.shape[1]
+            at = (torch.arange(s, device=tokens.device) if self.context is None
+                  else self.context.positions(s, tokens.device))
+            x = x + self.pos(at)
         return dropout(x, self.dropout, self.training)
 
 

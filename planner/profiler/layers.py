@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import io
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +31,7 @@ from planner.errors import HetplanError
 from planner.graph.extract import extract
 from planner.graph.layers import LayerGraph
 from planner.graph.spec import ModelSpec
+from planner.outfile import write_output
 from planner.profiler.timing import device_sync, time_median_s
 
 __all__ = ["KINDS", "LayerTiming", "profile_layers", "profile_rows", "write_profile_csv"]
@@ -159,11 +161,12 @@ def profile_rows(timings: Sequence[LayerTiming], spec: ModelSpec, gpu: GpuSpec,
 
 
 def write_profile_csv(rows: Sequence[ProfileRow], path: str | Path) -> None:
-    """Write rows in the profile-file format (header first)."""
-    with Path(path).open("w", newline="") as fh:
-        w = csv.writer(fh, lineterminator="\n")
-        w.writerow(PROFILE_COLUMNS)
-        for r in rows:
-            w.writerow([r.gpu, r.model, r.hidden_size, r.seq_len, r.layer_kind, r.micro_batch,
-                        r.tp, r.precision, r.fwd_ms, r.bwd_ms,
-                        "" if r.update_ms is None else r.update_ms, r.source])
+    """Write rows in the profile-file format (header first), all or nothing."""
+    fh = io.StringIO()
+    w = csv.writer(fh, lineterminator="\n")
+    w.writerow(PROFILE_COLUMNS)
+    for r in rows:
+        w.writerow([r.gpu, r.model, r.hidden_size, r.seq_len, r.layer_kind, r.micro_batch,
+                    r.tp, r.precision, r.fwd_ms, r.bwd_ms,
+                    "" if r.update_ms is None else r.update_ms, r.source])
+    write_output(path, fh.getvalue())

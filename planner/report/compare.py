@@ -14,6 +14,7 @@ from cost_models.profiles import ProfileSet
 from planner.cluster.model import Cluster
 from planner.costing.framework import DEFAULT_FRAMEWORK, Framework
 from planner.errors import HetplanError, InfeasibleError
+from planner.report.plan_view import plan_seq_len
 from planner.schema import Plan
 
 __all__ = ["CompareRow", "best_row", "compare", "gpus_used", "parse_tokens", "plan_row",
@@ -48,6 +49,9 @@ class CompareRow:
     """Pipeline stages (device groups) of the first pipeline."""
     pipelines: int = 0
     micro_batch_size: int = 0
+    global_batch_size: int = 0
+    seq_len: int = 0
+    """Tokens per sequence the plan is priced at (0 for an infeasible row)."""
     schedule: str = ""
     plan: Plan | None = field(default=None, compare=False, repr=False)
 
@@ -73,6 +77,8 @@ class CompareRow:
             "stages": self.stages,
             "pipelines": self.pipelines,
             "micro_batch_size": self.micro_batch_size,
+            "global_batch_size": self.global_batch_size,
+            "seq_len": self.seq_len,
             "schedule": self.schedule,
         }
 
@@ -118,6 +124,8 @@ def plan_row(name: str, cluster: Cluster, plan: Plan, est: Any,
         stages=len(plan.device_groups(0)),
         pipelines=len(plan.pipelines),
         micro_batch_size=plan.micro_batch_size,
+        global_batch_size=plan.global_batch_size,
+        seq_len=plan_seq_len(plan) or 0,
         schedule=plan.schedule,
         plan=plan,
     )

@@ -43,39 +43,56 @@ def pareto_front(costs: Sequence[float | None], throughputs: Sequence[float]) ->
     return front
 
 
-def pareto_figure(labels: Sequence[str], usd_per_hour: Sequence[float | None],
-                  tokens_per_s: Sequence[float], title: str = "") -> Figure:
-    """Throughput against $/h: every point labelled, the front joined and marked."""
-    front = pareto_front(usd_per_hour, tokens_per_s)
+def pareto_figure(labels: Sequence[str], usd_per_million_tokens: Sequence[float | None],
+                  tokens_per_s: Sequence[float], title: str = "", *,
+                  usd_per_hour: Sequence[float | None] | None = None,
+                  infeasible: Sequence[str] = ()) -> Figure:
+    """Throughput against $ per 1M tokens: every point labelled (with its $/h when given), the
+    front joined and marked; `infeasible` names the clusters with no feasible plan, noted on
+    the plot (they have no point to draw)."""
+    costs = usd_per_million_tokens
+    front = pareto_front(costs, tokens_per_s)
     fig = Figure(figsize=(8, 5.5))
     ax = fig.add_subplot()
-    placed = [i for i, c in enumerate(usd_per_hour) if c is not None]
+    placed = [i for i, c in enumerate(costs) if c is not None]
     others = [i for i in placed if i not in front]
-    ax.scatter([usd_per_hour[i] for i in others], [tokens_per_s[i] for i in others],
+    ax.scatter([costs[i] for i in others], [tokens_per_s[i] for i in others],
                s=40, color="#999999", label="dominated", zorder=3)
-    ax.plot([usd_per_hour[i] for i in front], [tokens_per_s[i] for i in front], "-o",
+    ax.plot([costs[i] for i in front], [tokens_per_s[i] for i in front], "-o",
             color="#D55E00", markersize=8, drawstyle="steps-post", label="Pareto front",
             zorder=4)
     for i in placed:
-        ax.annotate(labels[i], (usd_per_hour[i], tokens_per_s[i]), textcoords="offset points",
+        hourly = usd_per_hour[i] if usd_per_hour is not None else None
+        text = labels[i] if hourly is None else f"{labels[i]} (${hourly:,.2f}/h)"
+        ax.annotate(text, (costs[i], tokens_per_s[i]), textcoords="offset points",
                     xytext=(6, 6), fontsize=8)
-    ax.set_xlabel("cost ($ per hour of the GPUs the plan uses)")
+    ax.set_xlabel("cost ($ per 1M tokens trained)")
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))
     ax.set_ylabel("throughput (tokens/s)")
     # Room on the right and top for the labels of the extreme points.
-    ax.set_xlim(0, max((usd_per_hour[i] for i in placed), default=1.0) * 1.15)
-    ax.set_ylim(0, max((tokens_per_s[i] for i in placed), default=1.0) * 1.1)
+    ax.set_xlim(0, max((costs[i] for i in placed), default=1.0) * 1.25)
+    ax.set_ylim(0, max((tokens_per_s[i] for i in placed), default=1.0) * 1.15)
     ax.grid(alpha=0.3)
     ax.legend(loc="lower right", fontsize=8)
-    missing = [labels[i] for i, c in enumerate(usd_per_hour) if c is None]
-    note = f" (no price: {', '.join(missing)})" if missing else ""
-    ax.set_title((f"{title}: " if title else "") + "throughput vs cost" + note, fontsize=10)
+    notes = []
+    missing = [labels[i] for i, c in enumerate(costs) if c is None]
+    if missing:
+        notes.append(f"no price: {', '.join(missing)}")
+    if infeasible:
+        notes.append(f"no feasible plan: {', '.join(infeasible)}")
+    if notes:
+        ax.text(0.01, 0.99, "\n".join(notes), transform=ax.transAxes, ha="left", va="top",
+                fontsize=8, color="#D55E00")
+    ax.set_title((f"{title}: " if title else "") + "throughput vs cost per token", fontsize=10)
     for edge in ("top", "right"):
         ax.spines[edge].set_visible(False)
     return fig
 
 
-def draw_pareto(labels: Sequence[str], usd_per_hour: Sequence[float | None],
-                tokens_per_s: Sequence[float], path: str | Path, title: str = "") -> Path:
+def draw_pareto(labels: Sequence[str], usd_per_million_tokens: Sequence[float | None],
+                tokens_per_s: Sequence[float], path: str | Path, title: str = "", *,
+                usd_per_hour: Sequence[float | None] | None = None,
+                infeasible: Sequence[str] = ()) -> Path:
     """Write the throughput-vs-cost plot to `path` (.png or .svg)."""
-    return save_figure(pareto_figure(labels, usd_per_hour, tokens_per_s, title), path)
+    return save_figure(pareto_figure(labels, usd_per_million_tokens, tokens_per_s, title,
+                                     usd_per_hour=usd_per_hour, infeasible=infeasible), path)

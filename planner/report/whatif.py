@@ -9,11 +9,15 @@ from typing import Any
 from cost_models.profiles import ProfileSet
 from planner.cluster import Cluster, cluster_from_dict
 from planner.costing.framework import DEFAULT_FRAMEWORK, Framework
+from planner.errors import HetplanError
 from planner.report.compare import CompareRow, best_row
 from planner.report.plan_view import stage_layout
 from planner.report.scenario import edit_cluster
 
-__all__ = ["WhatIf", "change_pct", "whatif", "whatif_lines"]
+__all__ = ["SAME_PRICES", "WhatIf", "change_pct", "whatif", "whatif_lines"]
+
+SAME_PRICES = "the same prices apply before, so $ figures compare"
+"""The note a what-if adds when its --price edits also re-priced the original cluster."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -24,6 +28,9 @@ class WhatIf:
     after: CompareRow
     cluster_after: dict[str, Any]
     """The edited cluster spec (validated; save it as YAML to keep the scenario)."""
+    cluster_before: dict[str, Any] | None = None
+    """The cluster the "before" plan was priced on: the original with the `--price` edits
+    that name something in it (None: unchanged)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -34,6 +41,7 @@ class WhatIf:
             "layout_before": _layout(self.before),
             "layout_after": _layout(self.after),
             "cluster_after": self.cluster_after,
+            "cluster_before": self.cluster_before,
         }
 
 
@@ -44,9 +52,17 @@ def whatif(model: Any, cluster: Cluster, *, add: Sequence[str] = (), remove: Seq
            framework: Framework = DEFAULT_FRAMEWORK,
            profiles: ProfileSet | None = None) -> WhatIf:
     """Best plan on `cluster` and on the edited cluster (edits as in `scenario.edit_cluster`,
-    then `partition`: GPU types split into MIG slices, `planner.report.partition`)."""
+    then `partition`: GPU types split into MIG slices, `planner.report.partition`).
+
+    A `price` edit applies to both sides wherever it names a group or GPU type the original
+    cluster has, so the $ figures compare plans, not price lists."""
     spec, notes = edit_cluster(cluster.spec, add=add, remove=remove, price=price,
                                network_gbps=network_gbps)
+    before = cluster
+    repriced = _reprice(cluster.spec, price)
+    if repriced is not None:
+        before = cluster_from_dict(repriced, "whatif scenario (before)")
+        notes.append(SAME_PRICES)
     if partition:
         from planner.report.partition import partition_cluster
 
@@ -55,9 +71,22 @@ def whatif(model: Any, cluster: Cluster, *, add: Sequence[str] = (), remove: Seq
     edited = cluster_from_dict(spec, "whatif scenario")
     kwargs: dict[str, Any] = {"global_batch_size": global_batch_size, "objective": objective,
                               "framework": framework, "profiles": profiles}
-    return WhatIf(edits=tuple(notes), before=best_row(model, cluster.name, cluster, **kwargs),
+    return WhatIf(edits=tuple(notes), before=best_row(model, cluster.name, before, **kwargs),
                   after=best_row(model, f"{cluster.name} (what-if)", edited, **kwargs),
-                  cluster_after=edited.spec)
+                  cluster_after=edited.spec,
+                  cluster_before=None if repriced is None else before.spec)
+
+
+def _reprice(spec: dict[str, Any], price: Sequence[str]) -> dict[str, Any] | None:
+    """`spec` with each price edit that names one of its groups or GPU types applied; None
+    when none does. Edits naming only an added group are skipped: it has no "before"."""
+    out = None
+    for text in price:
+        try:
+            out, _ = edit_cluster(out or spec, price=[text])
+        except HetplanError:
+            continue
+    return out
 
 
 def change_pct(before: float | None, after: float | None) -> float | None:

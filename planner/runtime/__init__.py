@@ -8,7 +8,8 @@ The only package in planner/ that imports torch.distributed. Imports are lazy so
 
 Modules: topology (plan → per-rank view), schedule (action lists), comm (groups, p2p),
 stage (model protocol, TP, recompute), grads (DP / tied sync), engine (Runner), training,
-build (spec → this rank's layers), check/local (gloo workers vs reference), dry_run, launch.
+build (spec → this rank's layers), check/local (gloo workers vs reference), dry_run, launch,
+checkpoint (DCP save/load by global name), data_file (token files), lr_schedule.
 """
 
 from __future__ import annotations

@@ -46,14 +46,21 @@ class DryrunResult:
     wall_s: float
     model: dict[str, int]
     notes: tuple[str, ...] = field(default_factory=tuple)
+    first_step: int = 0
+    """Steps done before this run (a resumed checkpoint's step); losses are of the next ones."""
+    max_param_diff: float = 0.0
+    """Worst weight difference after the last step (reported, not judged: Adam can turn a
+    rounding-level gradient difference near zero into a step of ±lr)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {"ok": self.ok, "max_grad_diff": self.max_grad_diff,
-                "loss": self.losses[-1], "reference_loss": self.reference_losses[-1],
+                "max_param_diff": self.max_param_diff, "loss": self.losses[-1],
+                "reference_loss": self.reference_losses[-1],
                 "max_loss_diff": self.max_loss_diff, "losses": list(self.losses),
                 "reference_losses": list(self.reference_losses), "ranks": self.ranks,
                 "params_checked": self.params_checked, "tolerance": TOLERANCE,
-                "wall_s": round(self.wall_s, 3), "model": self.model, "notes": list(self.notes)}
+                "wall_s": round(self.wall_s, 3), "model": self.model, "notes": list(self.notes),
+                "first_step": self.first_step}
 
 
 def tiny_spec(model: dict[str, Any], plan: Plan) -> ModelSpec:
@@ -64,10 +71,14 @@ def tiny_spec(model: dict[str, Any], plan: Plan) -> ModelSpec:
     gqa = spec.num_kv_heads < spec.num_attention_heads
     heads = 2 * base if gqa else base
     hidden = heads * HEAD_DIM
+    # Context parallelism cuts each sequence into 2·cp equal chunks.
+    chunks = 2 * max(plan.cp(p) for p in range(len(plan.pipelines)))
+    seq_len = max(SEQ_LEN, 8 * base)
+    seq_len += -seq_len % chunks
     return spec.replace(hidden_size=hidden, num_attention_heads=heads,
                         num_kv_heads=base if gqa else heads,
                         ffn_hidden_size=(4 if spec.architecture == "gpt" else 3) * hidden,
-                        vocab_size=VOCAB, seq_len=max(SEQ_LEN, 8 * base),
+                        vocab_size=VOCAB, seq_len=seq_len,
                         name=f"{spec.name}-dryrun")
 
 
@@ -80,17 +91,19 @@ def shrink_plan(plan: Plan, max_ranks: int = 16) -> tuple[Plan, list[str]]:
     and (when it has more than max_ranks ranks) one pipeline of each distinct shape."""
     notes: list[str] = []
     keep = list(range(len(plan.pipelines)))
-    block = math.lcm(*(st.ep or 1 for pipe in plan.pipelines for st in pipe.stages))
+    block = math.lcm(*(st.ep or 1 for pipe in plan.pipelines for st in pipe.stages),
+                     *(plan.cp(p) for p in range(len(plan.pipelines))))
     if len(plan.ranks) > max_ranks and block > 1:
-        # Expert-parallel pipelines run in lockstep: keep the first whole ep-block.
+        # Expert- and context-parallel pipelines run in lockstep: keep the first whole block.
         used = len({r for pipe in plan.pipelines[:block] for st in pipe.stages for r in st.ranks})
         if used > max_ranks:
-            raise HetplanError(f"the first expert-parallel block (pipelines 0..{block - 1}) "
+            raise HetplanError(f"the first expert/context-parallel block (pipelines "
+                               f"0..{block - 1}) "
                                f"uses {used} ranks; dryrun runs at most {max_ranks} processes "
                                "(raise --max-ranks if this machine has the cores and memory)")
         keep = list(range(block))
         notes.append(f"the plan has {len(plan.ranks)} ranks; dryrun keeps pipelines 0..{block - 1}"
-                     f" (one expert-parallel block, {used} ranks)")
+                     f" (one expert/context-parallel block, {used} ranks)")
     elif len(plan.ranks) > max_ranks:
         sizes = [len({r for st in pipe.stages for r in st.ranks}) for pipe in plan.pipelines]
         if sizes[0] > max_ranks:
@@ -116,9 +129,18 @@ def shrink_plan(plan: Plan, max_ranks: int = 16) -> tuple[Plan, list[str]]:
          "stages": [{**st.model_dump(mode="json"), "ranks": [new[r] for r in st.ranks]}
                     for st in p.stages]}
         for p in pipes]
+    if pipes[0].shard_fraction is not None:
+        # Uneven ZeRO shards: the kept pipelines split the state in the same proportions.
+        kept = sum(p.shard_fraction or 0.0 for p in pipes)
+        for row, p in zip(data["pipelines"], pipes, strict=True):
+            row["shard_fraction"] = (p.shard_fraction or 0.0) / kept
+        if len(pipes) == 1:
+            data["pipelines"][0].pop("shard_fraction")
     data["ranks"] = [{"rank": i, "node": "cpu", "local_rank": i} for i in range(len(old))]
     data["micro_batch_size"] = 1
-    data["global_batch_size"] = sum(p.microbatches for p in pipes)
+    # A cp-block's pipelines share their samples (schema.py): each block counts once.
+    data["global_batch_size"] = sum(p.microbatches for i, p in enumerate(pipes)
+                                    if i % (p.stages[0].cp or 1) == 0)
     data.pop("predicted", None)
     if plan.micro_batch_size != 1:
         notes.append(f"micro-batches shrink from {plan.micro_batch_size} sequences to 1")
@@ -127,8 +149,14 @@ def shrink_plan(plan: Plan, max_ranks: int = 16) -> tuple[Plan, list[str]]:
 
 def dryrun(plan: Plan, *, steps: int = 3, max_ranks: int = 16,
            start_method: str = "fork", timeout_s: float = 120.0,
-           memory_gib: float | None = None) -> DryrunResult:
+           memory_gib: float | None = None, save_checkpoint: str | None = None,
+           resume: str | None = None) -> DryrunResult:
     """Run the shrunk plan on local gloo workers and compare with a one-process reference.
+
+    `save_checkpoint`: save a checkpoint (`checkpoint.py`) after the last step. `resume`: a
+    checkpoint of the same model, saved by any plan: the runner loads it and continues; the
+    reference trains every earlier step itself, so the comparison is with an uninterrupted
+    run. The checkpoint fixes the tiny width (every TP degree of this plan must divide it).
 
     Refused before any worker starts (InfeasibleError, with the numbers) when its memory
     estimate (`dry_memory`) exceeds `memory_gib` (default: the memory available now).
@@ -138,8 +166,22 @@ def dryrun(plan: Plan, *, steps: int = 3, max_ranks: int = 16,
 
     if plan.model is None:
         raise HetplanError("the plan carries no model spec; dryrun needs one")
+    if plan.sequence_parallel and any(plan.cp(p) > 1 for p in range(len(plan.pipelines))):
+        raise HetplanError("the runtime does not combine context parallelism (cp > 1) with "
+                           "sequence_parallel yet; plan with one of them")
     small, notes = shrink_plan(plan, max_ranks)
-    factory, graph, info = _model_for(plan, small)
+    meta = None
+    if resume is not None:
+        from planner.runtime.checkpoint import check_model, read_meta
+
+        meta = read_meta(resume)
+        check_model(meta, plan.model)
+        if not meta.get("runs") and not is_module_model(plan.model):
+            raise HetplanError(f"--resume {meta['folder']}: saved by a training run at the "
+                               "model's full size; dryrun runs a tiny width, so it resumes "
+                               "only checkpoints that dryrun saved")
+    factory, graph, info = _model_for(plan, small, meta)
+    ran_spec = info.pop("spec", None)
     need = dryrun_memory(small, graph)
     limit = memory_gib if memory_gib is not None else available_gib()
     if limit is not None:
@@ -153,8 +195,17 @@ def dryrun(plan: Plan, *, steps: int = 3, max_ranks: int = 16,
                      f"{need.reference_chunk} sequence(s) at a time")
     if is_module_model(plan.model):
         notes.append("a plan made from your nn.Module: dryrun runs the module at its own size")
-    opts = {"seq_len": info["seq_len"], "vocab_size": info["vocab_size"],
-            "reference_chunk": need.reference_chunk}
+    opts: dict[str, Any] = {"seq_len": info["seq_len"], "vocab_size": info["vocab_size"],
+                            "reference_chunk": need.reference_chunk, "resume": meta}
+    if meta is not None:
+        notes.append(f"resumed from {meta['folder']} at step {meta['step']}; the reference "
+                     f"trained steps 1..{meta['step']} itself")
+    if save_checkpoint is not None:
+        history = [*(meta or {}).get("history", []), [steps, small.global_batch_size]]
+        opts["save"] = save_checkpoint
+        opts["save_meta"] = {"model": plan.model, "runs": ran_spec,
+                             "plan": plan.to_dict(), "optimizer": "adamw",
+                             "lr_schedule": None, "history": history}
     start = time.perf_counter()
     (res,) = check_plans([(small, factory, opts)], steps=steps, start_method=start_method,
                          timeout_s=timeout_s)
@@ -165,12 +216,15 @@ def dryrun(plan: Plan, *, steps: int = 3, max_ranks: int = 16,
         max_grad_diff=res.max_grad_diff, max_loss_diff=res.max_loss_diff,
         losses=tuple(res.loss), reference_losses=tuple(res.reference_loss),
         ranks=len(small.ranks), params_checked=res.num_params_checked, wall_s=wall,
-        model=info, notes=tuple(notes))
+        model=info, notes=tuple(notes), first_step=0 if meta is None else int(meta["step"]),
+        max_param_diff=res.max_param_diff)
 
 
-def _model_for(plan: Plan, small: Plan) -> tuple[Any, LayerGraph, dict[str, int]]:
+def _model_for(plan: Plan, small: Plan,
+               meta: dict[str, Any] | None = None) -> tuple[Any, LayerGraph, dict[str, Any]]:
     """(factory, graph for the memory estimate, what runs) for the shrunk plan: our models
-    at the tiny width, a user's module (a module plan) through its factory at its own size."""
+    at the tiny width (a checkpoint's, when resuming from one), a user's module (a module
+    plan) through its factory at its own size."""
     from planner.models import build_model
 
     if is_module_model(plan.model):
@@ -184,8 +238,21 @@ def _model_for(plan: Plan, small: Plan) -> tuple[Any, LayerGraph, dict[str, int]
                                 "hidden_size": graph.layers[1].matmul_dim,
                                 "vocab_size": vocab, "seq_len": graph.seq_len}
     spec = tiny_spec(plan.model, small)
+    if meta is not None and meta.get("runs"):
+        spec = _checkpoint_spec(meta, small)
     return (functools.partial(build_model, spec, device="cpu"), fp32_graph(spec),
             {"num_layers": spec.num_layers, "hidden_size": spec.hidden_size,
              "num_attention_heads": spec.num_attention_heads,
              "num_kv_heads": spec.num_kv_heads, "vocab_size": spec.vocab_size,
-             "seq_len": spec.seq_len})
+             "seq_len": spec.seq_len, "spec": spec.model_dump(mode="json")})
+
+
+def _checkpoint_spec(meta: dict[str, Any], small: Plan) -> ModelSpec:
+    """The tiny model a dryrun checkpoint was saved at, if every TP degree here splits it."""
+    spec = ModelSpec.from_dict(meta["runs"], where=f"{meta['folder']}: runs")
+    for tp in sorted({st.tp for pipe in small.pipelines for st in pipe.stages}):
+        if spec.num_kv_heads % tp or spec.ffn_hidden_size % tp or spec.seq_len % tp:
+            raise HetplanError(f"--resume {meta['folder']}: the checkpoint's dryrun model has "
+                               f"{spec.num_kv_heads} KV heads; TP {tp} of this plan does not "
+                               "split it. Save from a plan whose TP degrees include this one")
+    return spec

@@ -14,9 +14,13 @@ import torch
 import torch.distributed as dist
 
 from planner.errors import HetplanError
+from planner.models.attention import Attention
+from planner.models.chain import Embedding
 from planner.models.moe import MoE
 from planner.runtime.comm import Channel, MessageId, make_groups
+from planner.runtime.context import ContextShard, cp_group, cp_groups, shard_sequence
 from planner.runtime.experts import ExpertParallel, ep_group, ep_groups
+from planner.runtime.fsdp import fsdp_groups, fsdp_layout, fsdp_mesh, shard_elements
 from planner.runtime.grads import clip_grad_norm, local_tensor, sync_gradients, sync_rules
 from planner.runtime.scaler import LossScaler
 from planner.runtime.schedule import Action, pipeline_actions
@@ -40,7 +44,7 @@ from planner.runtime.topology import (
     rank_view,
     tp_groups,
 )
-from planner.runtime.zero import ShardedOptimizer, zero_groups
+from planner.runtime.zero import ShardedOptimizer, holder_weights, zero_groups
 from planner.schema import Plan
 
 __all__ = ["Runner", "make_optimizer"]
@@ -100,6 +104,34 @@ def _expert_parallel(block: Any, plan: Plan, ch: Chunk, rank: int,
             m.dispatch = ExpertParallel(groups[members], len(members))
 
 
+def _context_parallel(elems: list[Any], plan: Plan, ch: Chunk, rank: int, index: int,
+                      groups: dict[tuple[int, ...], dist.ProcessGroup],
+                      shards: dict[tuple[int, ...], ContextShard]) -> None:
+    """Give the chunk's attention and position embeddings the cp group's shard (context.py)."""
+    members = cp_group(plan, ch.pipeline, ch.index, rank)
+    if members is None:
+        return
+    if members not in shards:  # collective over the group: every member builds it in turn
+        shards[members] = ContextShard(groups[members], len(members), index)
+    for elem in elems:
+        for m in elem.modules():
+            if isinstance(m, Attention | Embedding):
+                m.context = shards[members]
+
+
+def _zero_notes(plan: Plan, fsdp: dict, n_elements: int) -> list[str]:
+    """Where the runtime shards less than the plan's ZeRO stage (the same on every rank)."""
+    if plan.zero_stage < 2 or len(plan.pipelines) < 2:
+        return []
+    rest = n_elements - len(fsdp)
+    if not rest:
+        return []
+    return [f"zero {plan.zero_stage}: {rest} of {n_elements} chain elements run at ZeRO-1 "
+            "(optimizer state sharded, gradients and weights whole): replicas of different "
+            "shapes, uneven shard_fraction, tied weights or experts, which FSDP2's even shards "
+            "cannot take"]
+
+
 class Runner:
     """This rank's chunks of the model, ready to run train steps of the plan."""
 
@@ -113,6 +145,7 @@ class Runner:
         dynamic loss scaling (fp16); None for none. `max_grad_norm`: clip the global
         gradient norm to this (as torch.nn.utils.clip_grad_norm_ on the whole model)."""
         self.plan, self.rank, self.device = plan, rank, device
+        self.optimizer_name = optimizer
         self.autocast = autocast
         self.scaler = LossScaler(loss_scale) if loss_scale else None
         self.max_grad_norm = max_grad_norm
@@ -125,14 +158,23 @@ class Runner:
         # Collective: every rank creates every group in one order. Ranks that disagree on the
         # list (a model factory that differs between ranks) would hang in new_group instead.
         wanted = (list(tp_groups(plan)) + [g for r in rules.values() for g in r.groups]
-                  + ep_groups(plan))
+                  + ep_groups(plan) + cp_groups(plan))
+        if view.cp > 1 and plan.sequence_parallel:
+            raise HetplanError(f"pipelines.{view.pipeline}: the runtime does not combine cp "
+                               f"{view.cp} with sequence_parallel yet; turn one off")
+        fsdp = fsdp_layout(plan, elements)
         if plan.zero_stage:
-            wanted += zero_groups(rules)
+            wanted += zero_groups(rules) + fsdp_groups(fsdp)
         _agree(sorted(set(wanted)), "the process groups (same model on every rank?)")
         self.groups = make_groups(wanted, to_torch, rank)
         my_tp = view.chunks[0].ranks
+        mine = sorted(e for ch in view.chunks for e in range(*ch.layers) if e in fsdp)
+        dp_mesh = (fsdp_mesh(fsdp[mine[0]], rank, to_torch, self.groups, device, my_tp)
+                   if mine else None)
         mesh = None
-        if len(my_tp) > 1:
+        if dp_mesh is not None and len(my_tp) > 1:
+            mesh = dp_mesh["tp"]  # FSDP2 + TP: the TP DTensors live on the (dp, tp) mesh
+        elif len(my_tp) > 1:
             from torch.distributed.device_mesh import DeviceMesh
 
             mesh = DeviceMesh.from_group(self.groups[my_tp], device.type)
@@ -145,8 +187,10 @@ class Runner:
         # loss_parallel; only our cross-entropy is known to run there.
         self.loss_parallel = False
         shard_logits = parallel_loss_ok(self.loss_fn)
+        shards: dict[tuple[int, ...], ContextShard] = {}
         for ch in view.chunks:
             elems = chain[ch.layers[0]:ch.layers[1]]
+            _context_parallel(elems, plan, ch, rank, view.cp_index, self.groups, shards)
             sp: set[int] = set()
             for i, (e, m) in enumerate(zip(range(*ch.layers), elems, strict=True)):
                 m.to(device)
@@ -165,6 +209,13 @@ class Runner:
                     _expert_parallel(m, plan, ch, rank, self.groups)
                     apply_recompute(m, ch.recompute)
             self.chunks.append(ChunkModule(elems, frozenset(sp), mesh))
+        # FSDP2 after TP and recompute (torchtitan's order); one FSDP module per element.
+        self.fsdp_chunks = [shard_elements([chain[e] for e in range(*ch.layers) if e in fsdp],
+                                           dp_mesh, plan.zero_stage)
+                            if dp_mesh is not None else [] for ch in view.chunks]
+        self.last_backward = {v: max(i for i, (k, u, _) in enumerate(
+            _actions(plan, view.pipeline)[view.group]) if k == "B" and u == v)
+            for v in range(len(view.chunks))}
 
         # Parameters are named after TP (which swaps in DTensor parameters, same names);
         # a tied weight held twice on this rank is one parameter under one key.
@@ -176,14 +227,20 @@ class Runner:
         self.params = sorted(local.items(), key=lambda kp: kp[0])
         self.rules = rules
         self.to_torch = to_torch
-        self.zero = (ShardedOptimizer(self.params, rules, rank, to_torch, self.groups,
-                                      lambda ps: make_optimizer(ps, optimizer, lr))
-                     if plan.zero_stage else None)
-        if plan.zero_stage >= 2:
-            self.notes.append(f"zero {plan.zero_stage}: the runtime shards optimizer state only "
-                              "(ZeRO-1): same math, gradients and weights stay whole")
-        self.optimizer = (self.zero.optimizer if self.zero is not None
-                          else make_optimizer([p for _, p in self.params], optimizer, lr))
+        sharded = {id(p) for ms in self.fsdp_chunks for m in ms for p in m.parameters()}
+        self.fsdp_keys = frozenset(k for k, p in self.params if id(p) in sharded)
+        self.synced = [(k, p) for k, p in self.params if k not in self.fsdp_keys]
+        # FSDP2 shards (DTensors over the dp mesh) take a plain optimizer: each rank steps its
+        # own shard. The rest goes to the ZeRO-1 slices, or the plain optimizer without ZeRO.
+        own = [p for k, p in self.params if k in self.fsdp_keys]
+        self.zero = (ShardedOptimizer(self.synced, rules, rank, to_torch, self.groups,
+                                      lambda ps: make_optimizer(ps, optimizer, lr),
+                                      holder_weights(plan))
+                     if plan.zero_stage and self.synced else None)
+        if not plan.zero_stage:
+            own = [p for _, p in self.params]
+        self.optimizer = make_optimizer(own, optimizer, lr) if own else None
+        self.notes += _zero_notes(plan, fsdp, len(chain))
 
         inbound: dict[int, list[MessageId]] = {}
         peers = {r for ch in view.chunks for c in (ch.index - 1, ch.index + 1)
@@ -213,7 +270,10 @@ class Runner:
             out = self.chunks[v](x)
         if c == last:
             with self._loss_context():
-                return x, self.loss_fn(out, labs[m]) / self.view.total_microbatches
+                # A cp rank's loss is the mean over its 1/cp of the tokens: the cp ranks'
+                # shares sum to the sequences' mean (context.py).
+                return x, self.loss_fn(out, labs[m]) / (self.view.total_microbatches
+                                                        * self.view.cp)
         for dst in forward_peers(here, self._chunk(c + 1), self.rank):
             self.channel.send(("F", c, m), out, dst)
         return x, out
@@ -230,15 +290,24 @@ class Runner:
         (already 1/total-scaled) loss of micro-batches this rank finished, 0 elsewhere."""
         view, mbs = self.view, self.plan.micro_batch_size
         lo = view.microbatch_offset * mbs
-        ins = inputs[lo:lo + view.microbatches * mbs].to(self.device).split(mbs)
-        labs = labels[lo:lo + view.microbatches * mbs].to(self.device).split(mbs)
+        inputs, labels = inputs[lo:lo + view.microbatches * mbs], labels[lo:lo + view.microbatches
+                                                                          * mbs]
+        if view.cp > 1:  # this pipeline's zig-zag chunks of every sequence (context.py)
+            inputs = shard_sequence(inputs, view.cp, view.cp_index)
+            labels = shard_sequence(labels, view.cp, view.cp_index)
+        ins = inputs.to(self.device).split(mbs)
+        labs = labels.to(self.device).split(mbs)
         last = view.num_chunks - 1
         saved: dict[tuple[int, int], tuple[torch.Tensor | None, torch.Tensor]] = {}
         loss_sum = torch.zeros((), device=self.device)
         self.channel.start_step()
-        for kind, v, m in self.actions:
+        for i, (kind, v, m) in enumerate(self.actions):
             here = view.chunks[v]
             c = here.index
+            if kind == "B" and self.plan.zero_stage == 2:
+                # ZeRO-2: weights stay gathered until the chunk's last backward of the step.
+                for module in self.fsdp_chunks[v]:
+                    module.set_reshard_after_backward(i == self.last_backward[v])
             if kind == "F":
                 with (torch.autocast(self.device.type, self.autocast) if self.autocast
                       else contextlib.nullcontext()):
@@ -270,18 +339,18 @@ class Runner:
             p.grad = None
         loss = self.forward_backward(inputs, labels)
         with torch.no_grad():
-            sync_gradients(self.params, self.rules, self.rank, self.view.chunks[0].tp, self.groups)
+            sync_gradients(self.synced, self.rules, self.rank, self.view.chunks[0].tp, self.groups)
         dist.all_reduce(loss)
         if self.scaler is not None and not self.scaler.unscale_or_skip(
                 [p.grad for _, p in self.params], self.device):
             return float(loss)
         if self.max_grad_norm is not None:
             clip_grad_norm(self.params, self.rules, self.rank, self.view.tp_index,
-                           self.max_grad_norm, self.device)
+                           self.max_grad_norm, self.device, self.fsdp_keys)
         if before_update is not None:
             before_update(self)
         if self.zero is not None:
             self.zero.step()
-        else:
+        if self.optimizer is not None:
             self.optimizer.step()
         return float(loss)

@@ -116,17 +116,24 @@ def sync_gradients(params: list[tuple[ParamKey, torch.nn.Parameter]],
 @torch.no_grad()
 def clip_grad_norm(params: list[tuple[ParamKey, torch.nn.Parameter]],
                    rules: dict[ParamKey, SyncRule], rank: int, tp_index: int,
-                   max_norm: float, device: torch.device) -> float:
+                   max_norm: float, device: torch.device,
+                   fsdp: frozenset[ParamKey] = frozenset()) -> float:
     """Clip by the global norm of the model's gradient (after sync); returns the norm.
 
     Every parameter counts once: only its first holder group adds it, with each TP rank
-    adding its shard of a sharded tensor and TP rank 0 alone adding a replicated one.
+    adding its shard of a sharded tensor and TP rank 0 alone adding a replicated one. An
+    FSDP2 gradient (`fsdp` keys, sharded over the replicas) counts its shard on every replica,
+    on every TP rank when TP splits it too.
     """
     total = torch.zeros((), dtype=torch.float64, device=device)
     for key, p in params:
+        g = p.grad
+        if key in fsdp:
+            if g is not None and (tp_index == 0 or any(pl.is_shard() for pl in g.placements[1:])):
+                total += local_tensor(g).double().pow(2).sum()
+            continue
         if rank not in rules[key].holders[0]:
             continue
-        g = p.grad
         sharded = isinstance(g, DTensor) and any(pl.is_shard() for pl in g.placements)
         if sharded or tp_index == 0:
             total += local_tensor(g).double().pow(2).sum()
@@ -135,5 +142,6 @@ def clip_grad_norm(params: list[tuple[ParamKey, torch.nn.Parameter]],
     coef = max_norm / (norm + 1e-6)
     if coef < 1.0:
         for _, p in params:
-            local_tensor(p.grad).mul_(coef)
+            if p.grad is not None:
+                local_tensor(p.grad).mul_(coef)
     return norm

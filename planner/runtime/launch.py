@@ -44,6 +44,8 @@ class LaunchOptions:
     hosts: tuple[tuple[str, str], ...] = ()
     """(plan node, host name) pairs from a hostfile; empty: hosts are the plan's node names."""
     port: int = 29500
+    train_args: tuple[str, ...] = ()
+    """Extra arguments of `python -m planner.runtime` (data, lr schedule, checkpoints)."""
 
     def host_of(self, node: str) -> str:
         return dict(self.hosts).get(node, node)
@@ -131,6 +133,9 @@ def node_scripts(plan: Plan, plan_file: str = "plan.json",
                          f"{to_torch[r.rank]}" for r in mine)
         rdzv = "" if opts.rdzv == "static" else "export HETPLAN_RDZV=c10d\n"
         run = _torchrun(opts, len(nodes), node_rank, nproc)
+        # One flag per line; a flag's value on the flag's line.
+        extra = "".join((" \\\n  " if a.startswith("--") else " ") + shlex.quote(a)
+                        for a in opts.train_args)
         text = f"""#!/usr/bin/env bash
 # hetplan launch script for node {node}: node rank {node_rank} of {len(nodes)}, {nproc} processes.
 # Run the script of every node (same folder copied to each), node rank 0's address first:
@@ -143,7 +148,7 @@ MASTER_PORT="${{2:-{opts.port}}}"
 STEPS="${{3:-10}}"
 HERE="$(cd "$(dirname "$0")" && pwd)"
 export HETPLAN_NODE={shlex.quote(node)}
-{rdzv}exec {run}  -m planner.runtime "$HERE/{plan_file}" --steps "$STEPS"
+{rdzv}exec {run}  -m planner.runtime "$HERE/{plan_file}" --steps "$STEPS"{extra}
 """
         out.append(NodeScript(node, node_rank, nproc, plan_ranks, torch_ranks,
                               f"{_safe(node)}.sh", text))

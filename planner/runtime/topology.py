@@ -58,8 +58,14 @@ class RankView:
     """The chunks this rank runs, in order s, s+S, s+2S, ..."""
     microbatches: int
     microbatch_offset: int
-    """Index of this pipeline's first micro-batch in the global batch (pipelines in plan order)."""
+    """Index of this pipeline's first micro-batch in the global batch (pipelines in plan order;
+    the pipelines of a cp-block share theirs)."""
     total_microbatches: int
+    """Micro-batches of the global batch (a cp-block's pipelines share theirs: counted once)."""
+    cp: int = 1
+    """Context-parallel degree of the pipeline (schema.py: its cp-block's size)."""
+    cp_index: int = 0
+    """This pipeline's place in its cp-block: its zig-zag chunks of every sequence."""
 
 
 def chunk(plan: Plan, pipeline: int, index: int) -> Chunk:
@@ -71,7 +77,7 @@ def rank_view(plan: Plan, rank: int) -> RankView:
     if not 0 <= rank < len(plan.ranks):
         raise HetplanError(f"rank {rank} is not in the plan (ranks 0..{len(plan.ranks) - 1})")
     offset = 0
-    total = sum(p.microbatches for p in plan.pipelines)
+    total = sum(p.microbatches for i, p in enumerate(plan.pipelines) if i % plan.cp(i) == 0)
     for p_idx, pipe in enumerate(plan.pipelines):
         groups = len(pipe.stages) // plan.virtual_stages
         for s in range(groups):
@@ -79,8 +85,10 @@ def rank_view(plan: Plan, rank: int) -> RankView:
             if rank in ranks:
                 chunks = tuple(chunk(plan, p_idx, j) for j in range(s, len(pipe.stages), groups))
                 return RankView(rank, p_idx, s, ranks.index(rank), groups, len(pipe.stages),
-                                chunks, pipe.microbatches, offset, total)
-        offset += pipe.microbatches
+                                chunks, pipe.microbatches, offset, total, plan.cp(p_idx),
+                                p_idx % plan.cp(p_idx))
+        if p_idx % plan.cp(p_idx) == plan.cp(p_idx) - 1:  # a cp-block's samples count once
+            offset += pipe.microbatches
     raise HetplanError(f"rank {rank} serves no stage of the plan")
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -16,8 +16,11 @@ import torch.distributed as dist
 from planner.errors import HetplanError
 from planner.graph.embedded import is_module_model, load_factory
 from planner.runtime.build import build_for_rank, spec_of, tokens_of
+from planner.runtime.checkpoint import check_model, load_checkpoint, read_meta
+from planner.runtime.checkpoint import save_checkpoint as save_checkpoint_
 from planner.runtime.data import synthetic_batch
 from planner.runtime.engine import Runner
+from planner.runtime.lr_schedule import LrSchedule, set_lr
 from planner.runtime.precision import plan_precision, stage_dtypes, uses_loss_scaling
 from planner.runtime.topology import torch_rank_map
 from planner.schema import Plan
@@ -137,30 +140,42 @@ def _gathered_rank_map(plan: Plan) -> dict[int, int]:
     return {p: t for t, p in enumerate(everyone)}
 
 
-def _batches(plan: Plan, data_loader: Any, seed: int) -> Callable[[int], Batch]:
+def _batches(plan: Plan, data_loader: Any, seed: int) -> Callable[[int, int], Batch]:
+    """(step, samples consumed before it) -> the global batch."""
+    from planner.runtime.data_file import TokenData
+
+    rows = plan.global_batch_size
+    if isinstance(data_loader, TokenData):
+        return lambda step, consumed: data_loader.batch(consumed, rows)
     if data_loader is None:
         if plan.model is None:
             raise HetplanError("synthetic data needs the plan's model spec (seq_len, vocab_size); "
                                "pass data_loader=")
         seq_len, vocab = tokens_of(plan)
-        return lambda step: synthetic_batch(step, plan.global_batch_size, seq_len, vocab, seed)
+        return lambda step, consumed: synthetic_batch(step, rows, seq_len, vocab, seed)
     if callable(data_loader):
-        return data_loader
+        return lambda step, consumed: data_loader(step)
     it = iter(data_loader) if isinstance(data_loader, Iterable) else data_loader
-    return lambda step: next(it)
+    return lambda step, consumed: next(it)
 
 
 def train(plan: Plan, *, steps: int, model_factory: Callable[[], Any] | None = None,
           data_loader: Any = None, lr: float = 1e-4, optimizer: str = "adamw", seed: int = 0,
-          max_grad_norm: float | None = None,
+          max_grad_norm: float | None = None, lr_schedule: LrSchedule | None = None,
+          save_checkpoint: str | None = None, save_every: int | None = None,
+          resume: str | None = None,
           log: Callable[[str], None] | None = print) -> TrainStats:
     """Train `steps` iterations of `plan` on this rank; call on every rank.
 
     model_factory: builds the whole model (embed, ordered layers, head; see stage.py) with
     the same weights on every rank; default: the plan's model spec, only this rank's layers.
     data_loader: `step -> (inputs, labels)` or an iterable of them, each the GLOBAL batch
-    (global_batch_size rows, the same on every rank; each pipeline takes its rows);
-    default: synthetic tokens.
+    (global_batch_size rows, the same on every rank; each pipeline takes its rows), or a
+    `TokenData` (token files, read sequentially); default: synthetic tokens.
+    lr_schedule: warm-up + cosine (`lr_schedule.py`); default: constant `lr`.
+    save_checkpoint: a folder; a checkpoint (`checkpoint.py`) goes there every `save_every`
+    steps and after the last. resume: a checkpoint of the same model from any plan: its
+    weights, optimizer state, step and data position are loaded and `steps` more run.
     """
     plan_rank, to_torch, device = setup_rank(plan)
     if model_factory is None and is_module_model(plan.model):
@@ -180,22 +195,51 @@ def train(plan: Plan, *, steps: int, model_factory: Callable[[], Any] | None = N
         for note in notes:
             log(f"note: {note}")
     next_batch = _batches(plan, data_loader, seed)
+    start, consumed, history = 0, 0, []
+    if resume is not None:
+        meta = read_meta(resume)
+        check_model(meta, plan.model)
+        if meta.get("runs"):
+            raise HetplanError(f"--resume {meta['folder']}: saved by `hetplan dryrun` at a tiny "
+                               "width, not the model's size; resume a checkpoint of a training "
+                               "run")
+        load_checkpoint(runner, meta)
+        start, consumed, history = meta["step"], meta["samples"], meta["history"]
+        if log is not None and dist.get_rank() == 0:
+            log(f"resumed from {meta['folder']} at step {start} ({consumed} samples)")
+    if lr_schedule is not None and lr_schedule.min_lr is not None \
+            and lr_schedule.decay_steps is None:
+        lr_schedule = replace(lr_schedule, decay_steps=start + steps)  # decay over this run
+    saved = {"model": plan.model, "plan": plan.to_dict(), "optimizer": optimizer,
+             "lr_schedule": None if lr_schedule is None else lr_schedule.to_dict()}
     losses, times = [], []
     tokens = 0
-    for step in range(steps):
-        inputs, labels = next_batch(step)
+    for step in range(start, start + steps):
+        if lr_schedule is not None:
+            set_lr(runner.optimizer, lr_schedule.lr_at(step))
+        inputs, labels = next_batch(step, consumed)
         if inputs.shape[0] != plan.global_batch_size:
             raise HetplanError(f"batch has {inputs.shape[0]} rows, the plan's global batch is "
                                f"{plan.global_batch_size}")
         tokens = inputs.numel()
-        start = time.perf_counter()
+        t0 = time.perf_counter()
         losses.append(runner.train_step(inputs, labels))
         if device.type == "cuda":
             torch.cuda.synchronize()
-        times.append(time.perf_counter() - start)
+        times.append(time.perf_counter() - t0)
+        consumed += inputs.shape[0]
         if log is not None and dist.get_rank() == 0:
-            log(f"step {step + 1}/{steps}  loss {losses[-1]:.4f}  {times[-1]:.3f} s  "
-                f"{tokens / times[-1]:,.0f} tokens/s")
+            rate = "" if lr_schedule is None else f"  lr {lr_schedule.lr_at(step):.3g}"
+            log(f"step {step + 1}/{start + steps}  loss {losses[-1]:.4f}{rate}  "
+                f"{times[-1]:.3f} s  {tokens / times[-1]:,.0f} tokens/s")
+        done = step + 1
+        if save_checkpoint is not None and (done == start + steps or
+                                            (save_every and done % save_every == 0)):
+            folder = save_checkpoint_(runner, save_checkpoint, step=done, samples=consumed,
+                                      meta={**saved, "history": [
+                                          *history, [done - start, plan.global_batch_size]]})
+            if log is not None and dist.get_rank() == 0:
+                log(f"checkpoint: {folder}")
     timed = times[1:] or times
     rate = tokens * len(timed) / sum(timed) if timed else 0.0
     return TrainStats(plan_rank, dist.get_rank(), tuple(losses), tuple(times), tokens, rate,

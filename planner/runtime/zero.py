@@ -11,7 +11,9 @@ elements of each tensor held by n TP groups:
   group, and each group's piece into as many pieces as the group has ranks. A rank reads its
   piece of the full gradient (a TP all-gather for split tensors) and, after the step, takes
   its own TP shard from the all-gathered full tensor.
-Every rank derives the same slices from the plan alone, without talking.
+Every rank derives the same slices from the plan alone, without talking. A plan with
+`shard_fraction`s cuts each tensor over its holder groups in those proportions instead of
+evenly (uneven sharding, which FSDP2 cannot express; Cephalo, 2024).
 """
 
 from __future__ import annotations
@@ -25,8 +27,9 @@ from torch.distributed.tensor import DTensor, distribute_tensor
 
 from planner.runtime.grads import SyncRule, full_tensor, local_tensor
 from planner.runtime.stage import ParamKey
+from planner.schema import Plan
 
-__all__ = ["ShardedOptimizer", "ZeroSlice", "split_shards", "zero_groups"]
+__all__ = ["ShardedOptimizer", "ZeroSlice", "holder_weights", "split_shards", "zero_groups"]
 
 
 @dataclass(frozen=True)
@@ -46,6 +49,32 @@ def _split(n: int, parts: int) -> list[tuple[int, int]]:
     return [(n * i // parts, n * (i + 1) // parts) for i in range(parts)]
 
 
+def _weighted(n: int, weights: list[float]) -> list[tuple[int, int]]:
+    """n elements cut in proportion to `weights` (cumulative rounding: exact cover)."""
+    total, acc, cuts = sum(weights), 0.0, [0]
+    for w in weights:
+        acc += w
+        cuts.append(min(n, round(n * acc / total)))
+    cuts[-1] = n
+    return list(zip(cuts, cuts[1:], strict=False))
+
+
+def holder_weights(plan: Plan) -> dict[tuple[int, ...], float] | None:
+    """Each device group's share of the sharded state (its pipeline's `shard_fraction`), or
+    None for even shards (Cephalo-style uneven sharding: a replica's share follows its memory)."""
+    if plan.pipelines[0].shard_fraction is None:
+        return None
+    return {tuple(st.ranks): f for pipe, f in zip(plan.pipelines, plan.shard_fractions,
+                                                  strict=True) for st in pipe.stages}
+
+
+def _pieces(n: int, holders: tuple[tuple[int, ...], ...],
+            weights: dict[tuple[int, ...], float] | None) -> list[tuple[int, int]]:
+    if weights is None:
+        return _split(n, len(holders))
+    return _weighted(n, [weights[g] for g in holders])
+
+
 def _is_split(p: torch.Tensor) -> bool:
     return isinstance(p, DTensor) and any(pl.is_shard() for pl in p.placements)
 
@@ -59,22 +88,24 @@ def zero_groups(rules: dict[ParamKey, SyncRule]) -> list[tuple[int, ...]]:
 
 def split_shards(params: list[tuple[ParamKey, torch.nn.Parameter]],
                  rules: dict[ParamKey, SyncRule], rank: int,
-                 to_torch: dict[int, int]) -> list[ZeroSlice]:
-    """This rank's slice of every parameter it holds (`params` in key order)."""
+                 to_torch: dict[int, int],
+                 weights: dict[tuple[int, ...], float] | None = None) -> list[ZeroSlice]:
+    """This rank's slice of every parameter it holds (`params` in key order); `weights`: each
+    holder group's share (`holder_weights`), even when None."""
     out = []
     for key, p in params:
         rule = rules[key]
         if rule.uniform and _is_split(p):
             group = rule.group_for(rank)  # the ranks at this TP index, one per holder group
             holder_of = {r: i for i, g in enumerate(rule.holders) for r in g}
-            parts = _split(local_tensor(p).numel(), len(rule.holders))
+            parts = _pieces(local_tensor(p).numel(), rule.holders, weights)
             order = sorted(group, key=lambda r: to_torch[r])
             out.append(ZeroSlice(key, False, tuple(order),
                                  tuple(parts[holder_of[r]] for r in order)))
             continue
         numel = p.numel()  # the full tensor's (a DTensor's global size)
         piece: dict[int, tuple[int, int]] = {}
-        for (a, b), g in zip(_split(numel, len(rule.holders)), rule.holders, strict=True):
+        for (a, b), g in zip(_pieces(numel, rule.holders, weights), rule.holders, strict=True):
             for r, (x, y) in zip(g, _split(b - a, len(g)), strict=True):
                 piece[r] = (a + x, a + y)
         order = sorted(piece, key=lambda r: to_torch[r])
@@ -89,10 +120,11 @@ class ShardedOptimizer:
     def __init__(self, params: list[tuple[ParamKey, torch.nn.Parameter]],
                  rules: dict[ParamKey, SyncRule], rank: int, to_torch: dict[int, int],
                  groups: dict[tuple[int, ...], dist.ProcessGroup],
-                 make: Callable[[list[torch.nn.Parameter]], torch.optim.Optimizer]) -> None:
+                 make: Callable[[list[torch.nn.Parameter]], torch.optim.Optimizer],
+                 weights: dict[tuple[int, ...], float] | None = None) -> None:
         self.rank, self.to_torch, self.groups = rank, to_torch, groups
         self.params = dict(params)
-        self.slices = split_shards(params, rules, rank, to_torch)
+        self.slices = split_shards(params, rules, rank, to_torch, weights)
         self.masters: list[torch.nn.Parameter] = []
         with torch.no_grad():
             for s in self.slices:

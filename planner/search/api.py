@@ -35,6 +35,7 @@ from planner.search.explain import explain_infeasible
 from planner.search.interleave import interleaved_variant
 from planner.search.result import SearchResult, SearchStats
 from planner.search.seeds import megatron_layouts
+from planner.search.sharding import best_sharding
 
 __all__ = ["plan"]
 
@@ -56,22 +57,36 @@ def _reduced_notes(search: Search) -> tuple[str, ...]:
     return tuple(out)
 
 
+def _at_seq_len(model: Any, seq_len: int) -> Any:
+    from planner.graph import LayerGraph, load_model
+
+    if isinstance(model, LayerGraph):
+        if model.seq_len != seq_len:
+            raise HetplanError(f"graph {model.name} was measured at seq_len {model.seq_len}, not "
+                               f"{seq_len}; pass a Model or ModelSpec to change the length")
+        return model
+    return load_model(model, seq_len=seq_len)
+
+
 def plan(model: Any, cluster: Any, *, global_batch_size: int | None = None,
          objective: str = "throughput", budget_usd_per_hour: float | None = None,
          top_k: int = 5, micro_batch_sizes: Sequence[int] | None = None,
          schedules: Sequence[str] | None = None, sequence_parallel: bool = False,
          profiles: ProfileSet | None = None,
          progress: Callable[[float, str], None] | None = None,
-         framework: Framework = DEFAULT_FRAMEWORK) -> SearchResult:
+         framework: Framework = DEFAULT_FRAMEWORK, seq_len: int | None = None) -> SearchResult:
     """The best plan for `model` on `cluster` (and the top-k), as `estimate` ranks them.
 
     `objective`: "throughput" (least iteration time) or "cost" (least $ per million tokens);
     `budget_usd_per_hour` keeps only plans whose GPUs cost at most that. Raises
     InfeasibleError, with the numbers, when nothing fits. `framework` is the runtime that
     will run the plan (default: hetplan's; `planner.costing.framework`), so that the search
-    prices what that runtime does.
+    prices what that runtime does. `seq_len` plans another training sequence length than the
+    model's (a Model, ModelSpec, name or file; see `planner.load_model`).
     """
     start = time.perf_counter()
+    if seq_len is not None:
+        model = _at_seq_len(model, seq_len)
     if objective not in OBJECTIVES:
         raise HetplanError(f"objective {objective!r} is not one of {', '.join(OBJECTIVES)}")
     graph, precision = resolve_model(model)
@@ -108,10 +123,15 @@ def plan(model: Any, cluster: Any, *, global_batch_size: int | None = None,
         if key in seen:
             return
         seen.add(key)
-        if p.sequence_parallel and any(graph.seq_len % st.tp for pipe in p.pipelines
-                                       for st in pipe.stages):
+        if p.sequence_parallel and any(graph.seq_len % (st.tp * 2 * (st.cp or 1))
+                                       for pipe in p.pipelines for st in pipe.stages):
             return  # the runtime cannot slice this sequence over that TP (plan_check refuses)
-        est = estimate(graph, cluster, p, profiles=profiles, framework=framework)
+        # The ZeRO stage (and uneven shard fractions) chosen by estimate (sharding.py).
+        found = best_sharding(p, lambda q: estimate(graph, cluster, q, profiles=profiles,
+                                                    framework=framework), framework.max_zero)
+        if found is None:
+            return
+        p, est = found
         if est.feasible and (budget_usd_per_hour is None or (
                 est.usd_per_hour is not None
                 and est.usd_per_hour <= budget_usd_per_hour + 1e-9)):

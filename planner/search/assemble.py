@@ -27,7 +27,7 @@ PLACEMENTS = ("pipeline", "replica")
 
 @dataclass(frozen=True, slots=True)
 class PipelineClass:
-    """`replicas` identical pipelines; option index -> (cluster group, tp, ep)."""
+    """`replicas` identical pipelines; option index -> (cluster group, tp, ep, cp)."""
 
     template: Template
     replicas: int
@@ -119,12 +119,13 @@ def build_plan(cluster: Cluster, classes: Sequence[PipelineClass], microbatches:
         stages = []
         for s_idx, st in enumerate(cls.template.stages):
             g_idx, tp, *more = cls.devices[st.option]
-            ep = more[0] if more else 1  # (group, tp, ep): expert parallelism over the replicas
+            # (group, tp, ep, cp): expert and context parallelism over the replicas
+            ep, cp = (*more, 1, 1)[:2]
             name, locs = where[(p_idx, s_idx, g_idx)]
             ranks = tuple(rank_of[(node_order[name], x)] for x in locs)
             stages.append(Stage(layers=(st.start, st.end), gpu=cluster.groups[g_idx].gpu.name,
                                 tp=tp, ranks=ranks, recompute=RECOMPUTE[st.recompute],
-                                ep=ep if ep > 1 else None))
+                                ep=ep if ep > 1 else None, cp=cp if cp > 1 else None))
         pipelines.append(Pipeline(microbatches=microbatches[p_idx], stages=tuple(stages)))
     ranks = tuple(RankInfo(rank=r, node=names[n], local_rank=loc)
                   for (n, loc), r in sorted(rank_of.items(), key=lambda kv: kv[1]))

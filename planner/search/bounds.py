@@ -44,7 +44,8 @@ class LayerBound:
 def layer_bound(options: Sequence[OptionCosts]) -> LayerBound:
     per: dict[int, np.ndarray] = {}
     for c in options:
-        diag = np.diagonal(c.time_s[0], offset=1) * c.tp
+        # GPU-seconds per layer and micro-batch: a cp option's time is each of its cp GPUs'.
+        diag = np.diagonal(c.time_s[0], offset=1) * c.tp * c.cp
         diag = np.where(np.isfinite(diag), diag, np.inf)
         per[c.group] = diag if c.group not in per else np.minimum(per[c.group], diag)
     return LayerBound(per)

@@ -32,7 +32,13 @@ from planner.search.assemble import PLACEMENTS, PipelineClass, build_plan
 from planner.search.bounds import layer_bound
 from planner.search.hetero import heterogeneous_plans, shortlist
 from planner.search.partition import Option, objective, solve
-from planner.search.tables import OptionCosts, ep_degrees, option_costs, tp_degrees
+from planner.search.tables import (
+    OptionCosts,
+    cp_degrees,
+    ep_degrees,
+    option_costs,
+    tp_degrees,
+)
 
 __all__ = ["OBJECTIVES", "Search", "default_batch", "model_spec", "plan_key"]
 
@@ -58,7 +64,7 @@ _LARGE_CLUSTER = 256
 def plan_key(p: Plan) -> tuple:
     """A total, deterministic order on plans (the last tie-breaker of the ranking)."""
     return (p.micro_batch_size, p.schedule, p.virtual_stages,
-            tuple((pp.microbatches, tuple((s.layers, s.gpu, s.tp, s.ranks, s.recompute)
+            tuple((pp.microbatches, tuple((s.layers, s.gpu, s.tp, s.ranks, s.recompute, s.cp or 1)
                                           for s in pp.stages)) for pp in p.pipelines),
             tuple((r.node, r.local_rank) for r in p.ranks))
 
@@ -100,7 +106,8 @@ class Search:
         self.latency_s = cluster.latency_us * 1e-6
         self.gpus = [g.gpus for g in cluster.groups]
         self.prices = [g.price_per_gpu_hour for g in cluster.groups]
-        self.costs: dict[tuple[int, int, int], OptionCosts] = {}
+        self.costs: dict[tuple[int, ...], OptionCosts] = {}
+        self.cps = cp_degrees(graph)
         self.shapes = self.pruned = self.programs = 0
         self.exact = True
         self.incumbent = math.inf
@@ -123,27 +130,30 @@ class Search:
     def options(self, b: int) -> list[OptionCosts]:
         out = []
         for g_idx, group in enumerate(self.cluster.groups):
-            for tp, ep in itertools.product(tp_degrees(group, self.graph),
-                                            ep_degrees(self.graph)):
-                key = (g_idx, tp, b, ep)
+            for tp, ep, cp in itertools.product(tp_degrees(group, self.graph),
+                                                ep_degrees(self.graph), self.cps):
+                if ep > 1 and cp > 1:
+                    continue  # not combined (schema.py)
+                key = (g_idx, tp, b, ep, cp)
                 if key not in self.costs:
                     self.costs[key] = option_costs(
                         self.graph, self.cluster, g_idx, tp, b, precision=self.precision,
                         sequence_parallel=self.sp, profiles=self.profiles,
-                        framework=self.framework, ep=ep)
+                        framework=self.framework, ep=ep, cp=cp)
                 out.append(self.costs[key])
         return out
 
     def island_options(self, opts: list[OptionCosts], island: tuple[int, ...], d: int,
-                       zero_dp: int, unit: int, ep_replicas: int = 1,
-                       ) -> tuple[list[Option], list[tuple[int, int, int]]]:
+                       zero_dp: int, unit: int, ep_replicas: int = 1, cp: int = 1,
+                       ) -> tuple[list[Option], list[tuple[int, int, int, int]]]:
         """Options of `island`; expert parallelism only where its degree divides
-        `ep_replicas` (a class alone, its replicas sharing the micro-batches evenly)."""
+        `ep_replicas` (a class alone, its replicas sharing the micro-batches evenly); context
+        parallelism `cp` alone (every stage of a pipeline splits the sequence alike)."""
         chosen, devices = [], []
         for c in opts:
-            if c.group not in island or c.tp < unit or ep_replicas % c.ep:
+            if c.group not in island or c.tp < unit or ep_replicas % c.ep or c.cp != cp:
                 continue
-            key = (c.group, c.tp, c.micro_batch, zero_dp, d, c.ep)
+            key = (c.group, c.tp, c.micro_batch, zero_dp, d, c.ep, c.cp)
             if key not in self.tails:
                 # Shared by every shape with this option and replica count.
                 group = self.cluster.groups[c.group]
@@ -152,7 +162,7 @@ class Search:
             tail = self.tails[key]
             chosen.append(Option(slot=island.index(c.group), units=c.tp // unit, costs=c,
                                  tail_s=tail))
-            devices.append((c.group, c.tp, c.ep))
+            devices.append((c.group, c.tp, c.ep, c.cp))
         return chosen, devices
 
     def price_ok(self, gpus: dict[int, int]) -> bool:
@@ -163,8 +173,8 @@ class Search:
         return sum(self.prices[g] * k for g, k in gpus.items()) <= self.budget + 1e-9
 
     def shapes_for(self, b: int, schedule: str) -> list[tuple]:
-        """(lower bound, b, schedule, island, replicas) for every shape whose GPUs can hold the
-        model state; the bound holds for any plan that contains such a class."""
+        """(lower bound, b, schedule, island, replicas, cp) for every shape whose GPUs can hold
+        the model state; the bound holds for any plan that contains such a class."""
         opts = self.options(b)
         bound = layer_bound(opts)
         total_mb = self.gbs // b
@@ -175,13 +185,18 @@ class Search:
                 self.skipped_mixed += 1
                 continue
             cap = max(self.cluster.groups[g].gpu.memory_gib for g in island) * GIB
-            top = min(min(self.gpus[g] for g in island), total_mb)
+            # cp-blocks of cp pipelines share their micro-batches: up to total_mb · cp replicas.
+            top = min(min(self.gpus[g] for g in island), total_mb * max(self.cps))
             for d in range(1, top + 1):
                 budgets = {g: self.gpus[g] // d for g in island}
+                cps = tuple(cp for cp in self.cps if d % cp == 0 and d // cp <= total_mb)
                 if not self.small and d < top and all(
                         self.gpus[g] // (d + 1) == k for g, k in budgets.items()):
-                    # More replicas of the same pipelines: kept only in exhaustive mode.
+                    # More replicas of the same pipelines: kept only in exhaustive mode (a
+                    # cp > 1 shape has no such twin: d + 1 replicas make other blocks).
                     self.skipped_same_budget += 1
+                    cps = tuple(cp for cp in cps if cp > 1)
+                if not cps:
                     continue
                 need = state - self.graph.params * self.opt_bytes * (1 - 1 / d)
                 ep = max(e for e in ep_degrees(self.graph) if d % e == 0)
@@ -193,14 +208,18 @@ class Search:
                 joins = self.small or len(island) == 1
                 offered = {g: k for g, k in enumerate(self.gpus) if g not in island and joins}
                 offered.update({g: d * k for g, k in budgets.items()})
-                out.append((bound.iteration_s(total_mb, offered), b, schedule, island, d))
+                lb = bound.iteration_s(total_mb, offered)
+                # Context parallelism: d pipelines in blocks of cp (each block's micro-batches
+                # at least one), bounded like the rest (layer_bound counts its cp GPUs).
+                out += [(lb, b, schedule, island, d, cp) for cp in cps]
         return out
 
     def solve_shape(self, b: int, schedule: str, island: tuple[int, ...], d: int,
                     pipelines: int | None = None, microbatches: int | None = None,
-                    ) -> list[PipelineClass]:
+                    cp: int = 1) -> list[PipelineClass]:
         """Best classes of d pipelines on `island`; alone (the default) or as part of a plan
-        with `pipelines` pipelines in all, each of these getting `microbatches`."""
+        with `pipelines` pipelines in all, each of these getting `microbatches`. With `cp` > 1
+        (alone only) the d pipelines are d / cp context-parallel blocks sharing the batch."""
         opts = self.options(b)
         total_mb = self.gbs // b
         budgets = tuple(self.gpus[g] // d for g in island)
@@ -212,7 +231,8 @@ class Search:
             if not any(budgets):
                 return []
         if microbatches is None:
-            m_hi, m_lo = -(-total_mb // d), total_mb // d
+            blocks = d // cp
+            m_hi, m_lo = -(-total_mb // blocks), total_mb // blocks
         else:
             m_hi = m_lo = microbatches
         p_all = d if pipelines is None else pipelines
@@ -221,7 +241,7 @@ class Search:
         while True:
             even = pipelines is None and total_mb % d == 0
             options, devices = self.island_options(opts, island, p_all, p_all, unit,
-                                                   d if even else 1)
+                                                   d if even else 1, cp)
             states = math.prod(k // unit + 1 for k in budgets)
             depth = min(self.n, m_lo, sum(k // unit for k in budgets))
             work = self.n * self.n * depth * states * max(len(options), 1)
@@ -253,24 +273,27 @@ class Search:
         found so far; every few shapes, combine islands into heterogeneous plans."""
         self.steps = [(b, sched) for b in micro_batch_sizes for sched in schedules]
         shapes = [sh for b, sched in self.steps for sh in self.shapes_for(b, sched)]
-        shapes.sort(key=lambda sh: (sh[0], sh[1], sh[2], len(sh[3]), sh[3], sh[4]))
+        shapes.sort(key=lambda sh: (sh[0], sh[1], sh[2], len(sh[3]), sh[3], sh[4], sh[5]))
         self.shapes = len(shapes)
         found: dict[tuple[int, str], dict[tuple[int, ...], list[PipelineClass]]] = {}
         raw: list = []
         best_score = math.inf
-        for idx, (lb, b, schedule, island, d) in enumerate(shapes):
+        for idx, (lb, b, schedule, island, d, cp) in enumerate(shapes):
             if self.progress:
                 self.progress(idx / len(shapes), f"micro-batch {b}, {schedule}, "
-                              f"groups {list(island)} × {d}")
+                              f"groups {list(island)} × {d}" + (f", cp {cp}" if cp > 1 else ""))
             if lb >= self.incumbent:
                 self.pruned += len(shapes) - idx
                 break
-            classes = self.solve_shape(b, schedule, island, d)
+            classes = self.solve_shape(b, schedule, island, d, cp=cp)
             found.setdefault((b, schedule), {}).setdefault(island, []).extend(classes)
             total_mb = self.gbs // b
-            counts = tuple(total_mb // d + (1 if r < total_mb % d else 0) for r in range(d))
-            fresh = [(objective(cls.template, -(-total_mb // d)),
-                      (b, schedule, island, d, cls.template.key()), b, schedule, (cls,), counts)
+            blocks = d // cp  # a cp-block's pipelines all run its block's micro-batches
+            counts = tuple(total_mb // blocks + (1 if r // cp < total_mb % blocks else 0)
+                           for r in range(d))
+            fresh = [(objective(cls.template, -(-total_mb // blocks)),
+                      (b, schedule, island, d, cp, cls.template.key()), b, schedule, (cls,),
+                      counts)
                      for cls in classes]
             raw.extend(fresh)
             if fresh and min(f[0] for f in fresh) < best_score:
@@ -306,9 +329,10 @@ class Search:
                 if not exhaustive:
                     # Large clusters: the classes solved alone (memory only gets looser with
                     # more pipelines sharing ZeRO-1); the estimate re-costs the pair exactly.
-                    # Expert-parallel classes stay alone (their ep-blocks need equal shares).
+                    # Expert- and context-parallel classes stay alone (their blocks need
+                    # equal shares).
                     return [c for c in alone.get(isl, []) if c.replicas == d and all(
-                        c.devices[st.option][2] == 1 for st in c.template.stages)]
+                        c.devices[st.option][2:] == (1, 1) for st in c.template.stages)]
                 key = (b, schedule, isl, d, p, m)
                 if key not in self.memo:
                     self.memo[key] = self.solve_shape(b, schedule, isl, d, pipelines=p,

@@ -35,7 +35,8 @@ def interleaved_variant(plan: Plan, virtual_stages: int = 2) -> Plan | None:
             for s, dev in enumerate(devices):
                 size = chunks[s][r]
                 stages.append(Stage(layers=(cursor, cursor + size), gpu=dev.gpu, tp=dev.tp,
-                                    ranks=dev.ranks, recompute=dev.recompute, ep=dev.ep))
+                                    ranks=dev.ranks, recompute=dev.recompute, ep=dev.ep,
+                                    cp=dev.cp))
                 cursor += size
         pipes.append(Pipeline(microbatches=pipe.microbatches, stages=tuple(stages)))
     return plan.model_copy(update={"schedule": "interleaved", "virtual_stages": v,

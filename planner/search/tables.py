@@ -17,11 +17,16 @@ from cost_models.memory import FRAMEWORK_OVERHEAD_GIB, GIB, dp_sync_bytes_per_pa
 from cost_models.profiles import ProfileSet
 from planner.cluster.model import Cluster, Node, NodeGroup
 from planner.costing.framework import DEFAULT_FRAMEWORK, Framework
-from planner.costing.links import a2a_link, intra_link, nic_link, p2p_time_s
+from planner.costing.links import a2a_link, cp_ring_link, intra_link, nic_link, p2p_time_s
 from planner.costing.stage_cost import LayerCostTable, layer_cost_table
 from planner.graph.layers import LayerGraph
 
-__all__ = ["RECOMPUTE", "OptionCosts", "ep_degrees", "ep_link", "option_costs", "tp_degrees"]
+__all__ = ["CP_MIN_SEQ_LEN", "RECOMPUTE", "OptionCosts", "cp_degrees", "cp_link", "ep_degrees",
+           "ep_link", "option_costs", "tp_degrees"]
+
+CP_MIN_SEQ_LEN = 32768
+"""Sequences at least this long also try context parallelism (cp 2, 4, 8): below it a
+sequence's activations are small beside the weights, and the search space stays small."""
 
 RECOMPUTE = ("none", "selective", "full")
 """Recompute modes, fastest first: the search takes the first one whose memory fits."""
@@ -59,6 +64,9 @@ class OptionCosts:
     """(n+1, n+1): the routed experts' part of `optimizer_gib`."""
     ep: int = 1
     """Expert parallelism over the class's replicas (mixture-of-experts models)."""
+    cp: int = 1
+    """Context parallelism over the class's replicas: blocks of cp consecutive pipelines
+    share their samples, each with 1/cp of every sequence (times and memory are per GPU)."""
 
     def memory_gib(self, rc: int, inflight: float, zero_dp: int) -> np.ndarray:
         """Peak memory per GPU of every stage (same formula as `stage_peak_memory_gib`)."""
@@ -126,6 +134,26 @@ def ep_link(cluster: Cluster, group_index: int, tp: int, ep: int) -> Link | None
     return a2a_link(nodes, {n.name: gpn for n in nodes}, cluster.latency_us * 1e-6)
 
 
+def cp_degrees(graph: LayerGraph) -> tuple[int, ...]:
+    """Context-parallel degrees the search tries: 1, and for sequences of at least
+    CP_MIN_SEQ_LEN tokens 2, 4 and 8 where 2·cp equal zig-zag chunks divide the sequence."""
+    if graph.seq_len < CP_MIN_SEQ_LEN:
+        return (1,)
+    return (1, *(c for c in (2, 4, 8) if graph.seq_len % (2 * c) == 0))
+
+
+def cp_link(cluster: Cluster, group_index: int, tp: int, cp: int) -> Link | None:
+    """The K/V ring's link of a cp-block of TP groups packed onto nodes in order (the
+    `replica` placement): inside one node when cp × tp GPUs fit in it."""
+    if cp <= 1:
+        return None
+    group = cluster.groups[group_index]
+    gpn = group.gpus_per_node
+    nodes = [Node(name=f"_{k * tp // gpn}", group=group, index=k * tp // gpn)
+             for k in range(cp)]
+    return cp_ring_link(nodes, {n.name: gpn for n in nodes}, cluster.latency_us * 1e-6)
+
+
 def _ranges(prefix: tuple[float, ...] | np.ndarray) -> np.ndarray:
     p = np.asarray(prefix, dtype=float)
     return p[None, :] - p[:, None]
@@ -153,7 +181,8 @@ def _range_max(values: np.ndarray) -> np.ndarray:
 def option_costs(graph: LayerGraph, cluster: Cluster, group_index: int, tp: int,
                  micro_batch: int, *, precision: str, sequence_parallel: bool,
                  profiles: ProfileSet | None,
-                 framework: Framework = DEFAULT_FRAMEWORK, ep: int = 1) -> OptionCosts:
+                 framework: Framework = DEFAULT_FRAMEWORK, ep: int = 1,
+                 cp: int = 1) -> OptionCosts:
     group = cluster.groups[group_index]
     n = len(graph.layers)
     upper = np.triu(np.ones((n + 1, n + 1), dtype=bool), k=1)
@@ -169,7 +198,8 @@ def option_costs(graph: LayerGraph, cluster: Cluster, group_index: int, tp: int,
             graph, group.gpu, tp, micro_batch, rc, precision=precision,
             sequence_parallel=sequence_parallel, intra_node_gb_per_s=group.intra_node_gb_per_s,
             intra_node_link=group.intra_node, profiles=profiles, framework=framework, ep=ep,
-            ep_link=ep_link(cluster, group_index, tp, ep))
+            ep_link=ep_link(cluster, group_index, tp, ep), cp=cp,
+            cp_link=cp_link(cluster, group_index, tp, cp))
         t = _ranges(table.fwd_s) + _ranges(table.bwd_s)
         times.append(np.where(valid, t, np.inf))
         params = _ranges(table.params) + _tie_copies(table, n)[0]
@@ -191,7 +221,7 @@ def option_costs(graph: LayerGraph, cluster: Cluster, group_index: int, tp: int,
         send[j] = p2p_time_s(table.output_bytes[j - 1], node_a, tp, node_b, latency_s)
     return OptionCosts(
         group=group_index, tp=tp, micro_batch=micro_batch, capacity_gib=group.gpu.memory_gib,
-        ep=ep,
+        ep=ep, cp=cp,
         time_s=np.stack(times), fixed_gib=np.stack(fixed),
         optimizer_gib=params * table.optimizer_bytes_per_param / GIB,
         expert_optimizer_gib=(_ranges(table.expert_params) * table.optimizer_bytes_per_param

@@ -1,0 +1,127 @@
+"""ZeRO-2 and -3 with torch's `fully_shard` (FSDP2) where the data-parallel shards are even.
+
+A device group is *even* when every element it holds is held by the same set of device groups
+(its replicas: the same stage of identical pipelines), all at one TP degree, so that each
+parameter's TP shards line up over the replicas and FSDP2 can cut them evenly. Each chain
+element of such a group is `fully_shard`-ed over a (dp, tp) mesh built from the plan's own
+process groups (dp: the ranks at this TP index in every replica; tp: the TP group, whose
+submesh the TP DTensors live on, as FSDP2 + TP requires):
+- ZeRO-3: `reshard_after_forward=True` (weights gathered before each micro-batch's forward and
+  again before its backward, gradients reduce-scattered after each backward): the traffic
+  `cost_models.memory.dp_sync_bytes_per_param` prices for stage 3.
+- ZeRO-2: weights stay gathered from the first forward to the chunk's last backward of the
+  step (one all-gather per step), gradients are reduce-scattered after every backward (DeepSpeed
+  stage 2 reduces each micro-step), so only a shard of them is kept.
+Gradients are summed (force-sum, divide factor 1): the loss is already scaled by
+1 / (all micro-batches), and gloo has no pre-multiplied sum.
+
+Elements FSDP2 cannot take stay on the ZeRO-1 slices of `zero.py`: a weight tied across
+elements (one parameter in two modules), expert-parallel stages, replicas of different shapes
+or TP degrees, and plans with uneven `shard_fraction`s (a replica's share of the state follows
+its memory, Cephalo-style, which FSDP2's even shards cannot express).
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterable
+
+import torch
+import torch.distributed as dist
+from torch.distributed.device_mesh import DeviceMesh
+
+from planner.runtime.stage import ParamKey
+from planner.runtime.topology import element_holders
+from planner.schema import Plan
+
+__all__ = ["FsdpLayout", "fsdp_layout", "fsdp_mesh", "shard_elements"]
+
+FsdpLayout = dict[int, tuple[tuple[int, ...], ...]]
+"""Chain element → its replicas' TP groups (plan ranks), for every element FSDP2 shards."""
+
+
+def _group_elements(plan: Plan) -> dict[tuple[int, ...], set[int]]:
+    out: dict[tuple[int, ...], set[int]] = {}
+    for pipe in plan.pipelines:
+        for st in pipe.stages:
+            out.setdefault(tuple(sorted(st.ranks)), set()).update(range(*st.layers))
+    return out
+
+
+def fsdp_layout(plan: Plan, elements: dict[ParamKey, tuple[int, ...]]) -> FsdpLayout:
+    """The elements FSDP2 shards under this plan (the same answer on every rank)."""
+    if (plan.zero_stage < 2 or len(plan.pipelines) < 2 or _uneven(plan)
+            or any((st.cp or 1) > 1 for pipe in plan.pipelines for st in pipe.stages)):
+        # Context-parallel blocks reduce gradients over dp·cp with their own loss scaling
+        # (context.py); FSDP2's mean over its group would not match it: ZeRO-1 there.
+        return {}
+    tied = {e for elems in elements.values() if len(elems) > 1 for e in elems}
+    expert = {e for pipe in plan.pipelines for st in pipe.stages if (st.ep or 1) > 1
+              for e in range(*st.layers)}
+    held = _group_elements(plan)
+    out: FsdpLayout = {}
+    for elems in held.values():
+        replicas = {element_holders(plan, e) for e in elems}
+        if len(replicas) != 1:
+            continue
+        (reps,) = replicas
+        if (len(reps) < 2 or len({len(g) for g in reps}) != 1
+                or any(held[g] != elems for g in reps)):
+            continue
+        for e in elems - tied - expert:
+            out[e] = reps
+    return out
+
+
+def _uneven(plan: Plan) -> bool:
+    fractions = [p.shard_fraction for p in plan.pipelines]
+    return any(f is not None and abs(f - 1 / len(fractions)) > 1e-12 for f in fractions)
+
+
+def _dp_group(reps: tuple[tuple[int, ...], ...], tp_index: int) -> tuple[int, ...]:
+    return tuple(sorted(g[tp_index] for g in reps))
+
+
+def fsdp_groups(layout: FsdpLayout) -> list[tuple[int, ...]]:
+    """The data-parallel groups FSDP2 reduces over (all ranks list them: new_group is
+    collective); they are the DP all-reduce groups of `grads.SyncRule` for these elements."""
+    return sorted({_dp_group(reps, i) for reps in layout.values() for i in range(len(reps[0]))})
+
+
+def fsdp_mesh(reps: tuple[tuple[int, ...], ...], rank: int, to_torch: dict[int, int],
+              groups: dict[tuple[int, ...], dist.ProcessGroup], device: torch.device,
+              tp_group: tuple[int, ...]) -> DeviceMesh | None:
+    """The (dp, tp) mesh of this rank's replicas (dp only at TP 1), from the plan's groups;
+    None when torch's rank order does not match the mesh (a plan numbering ranks out of node
+    order): its group ranks would then disagree with the mesh coordinates."""
+    rows = sorted(reps, key=lambda g: to_torch[g[0]])
+    grid = [[to_torch[r] for r in g] for g in rows]
+    for col in zip(*grid, strict=True):
+        if list(col) != sorted(col):
+            return None
+    tp_index = next(g.index(rank) for g in reps if rank in g)
+    dp = groups[_dp_group(reps, tp_index)]
+    if len(tp_group) == 1:
+        return DeviceMesh.from_group(dp, device.type, mesh=torch.tensor([row[0] for row in grid]),
+                                     mesh_dim_names=("dp",))
+    return DeviceMesh.from_group([dp, groups[tp_group]], device.type, mesh=torch.tensor(grid),
+                                 mesh_dim_names=("dp", "tp"))
+
+
+def shard_elements(modules: Iterable[torch.nn.Module], mesh: DeviceMesh, zero: int) -> list:
+    """`fully_shard` each module over the mesh's dp dimension; returns the FSDP modules."""
+    from torch.distributed.fsdp import fully_shard
+
+    dp = mesh["dp"] if mesh.ndim > 1 else mesh
+    # FSDP2 warns when a module returns a view (the embedding does) because an in-place op on
+    # it would drop the pre-backward hook; the chain never changes an element's output in place.
+    warnings.filterwarnings("ignore", message="FSDP2-wrapped module .* returned a view tensor")
+    out = []
+    for m in modules:
+        if not any(True for _ in m.parameters()):
+            continue
+        fully_shard(m, mesh=dp, reshard_after_forward=zero >= 3)
+        m.set_gradient_divide_factor(1.0)
+        m.set_force_sum_reduction_for_comms(True)
+        out.append(m)
+    return out

@@ -1,0 +1,37 @@
+"""`hetplan estimate ... --cp N --seq-len N`: the long-context estimate the issue asks for."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.cli import run_cli
+
+LONG = ["llama3-70b", "dgx-a100", "--seq-len", "131072", "--global-batch", "16",
+        "--tp", "8", "--pp", "2", "--sequence-parallel", "--recompute", "full", "--zero", "1"]
+
+
+def test_estimate_llama3_70b_cp4_at_131072_tokens(capsys) -> None:
+    code, out, err = run_cli(["estimate", *LONG, "--dp", "1", "--cp", "4", "--json"], capsys)
+    assert code == 0, err
+    four = json.loads(out)
+    code, out, err = run_cli(["estimate", *LONG, "--dp", "4", "--json"], capsys)
+    assert code in (0, 3), err
+    one = json.loads(out)
+    # The same 64 GPUs: cp 4 holds a quarter of every sequence's activations per GPU.
+    assert [s["cp"] for s in four["stages"]] == [4] * 8
+    for a, b in zip(one["stages"], four["stages"], strict=True):
+        assert b["activation_gib"] == pytest.approx(a["activation_gib"] / 4, rel=1e-6)
+        assert b["peak_memory_gib"] < a["peak_memory_gib"]
+    assert four["feasible"]
+
+
+def test_estimate_with_only_cp_and_seq_len_prints_the_cp_table(capsys) -> None:
+    code, out, err = run_cli(["estimate", "llama3-70b", "dgx-a100", "--cp", "4", "--seq-len",
+                              "131072"], capsys)
+    assert code in (0, 3), err  # tp 1 · pp 1 cannot hold 70 B: infeasible, with the numbers
+    assert "CP" in out and "activ" in out and "Traceback" not in err
+    code, _, err = run_cli(["estimate", "llama3-70b", "dgx-a100", "--cp", "3", "--seq-len",
+                            "131072"], capsys)
+    assert code == 2 and err.count("\n") == 1 and "2 × cp = 6" in err
