@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import stat
 from pathlib import Path
 from typing import Any
@@ -170,7 +171,24 @@ def _yaml_error(where: str, exc: yaml.YAMLError) -> SpecError:
     return SpecError(where, None, f"not valid YAML: {clip(str(exc))}")
 
 
+def _bracket_depth(text: str) -> int:
+    """Deepest nesting of flow brackets (`[`, `{`); quoted brackets count too, which only
+    overstates a depth no real file comes near. PyYAML's parser takes seconds to reach its
+    recursion limit on a few KB of `[[[[`, so this is checked first."""
+    depth = deepest = 0
+    for ch in _NOT_BRACKET.sub("", text):
+        depth = depth + 1 if ch in "[{" else max(depth - 1, 0)
+        deepest = max(deepest, depth)
+    return deepest
+
+
+_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
+
+
 def _load_yaml(text: str, where: str) -> Any:
+    if _bracket_depth(text) > MAX_DEPTH:
+        raise SpecError(where, None, f"nested more than {MAX_DEPTH} levels deep; check the "
+                        "file's brackets")
     loader = _StrictLoader(text)
     try:
         node = loader.get_single_node()

@@ -19,7 +19,9 @@ MAX_HIDDEN = 2**20
 MAX_FFN = 2**22
 MAX_VOCAB = 2**24
 MAX_SEQ_LEN = 2**24
-MAX_EXPERTS = 2**12
+MAX_EXPERTS = 2**10
+"""Routed experts per layer (DeepSeek-V3: 256; Switch-C: 2,048, the one model above it). The
+extraction builds every expert of one block, on the meta device but one module each."""
 MAX_GLOBAL_BATCH = 2**24
 """Sequences per iteration (also bounds the micro-batch size)."""
 MAX_MICROBATCHES = 2**16
