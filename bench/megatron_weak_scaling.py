@@ -54,12 +54,12 @@ def _overlapped(work: compute.LayerWork, gpu, precision: str) -> tuple[float, fl
     def one(gemm: float, mem: float) -> float:
         return max(gemm + mem + n * gap_s, n * dispatch_s)
 
-    w = work.gemm_width
-    return (one(compute.gemm_s(work.fwd_matmul_flops, gpu, precision, w),
+    w, (sf, sa, sw) = work.gemm_width, work.gemm_scale
+    return (one(compute.gemm_s(work.fwd_matmul_flops, gpu, precision, w, sf),
                 compute.memory_s(work.fwd_memory_bytes, gpu)),
-            one(compute.gemm_s(work.bwd_act_matmul_flops, gpu, precision, w),
+            one(compute.gemm_s(work.bwd_act_matmul_flops, gpu, precision, w, sa),
                 compute.memory_s(2 * work.fwd_memory_bytes, gpu)),
-            one(compute.gemm_s(work.bwd_weight_matmul_flops, gpu, precision, w), 0.0))
+            one(compute.gemm_s(work.bwd_weight_matmul_flops, gpu, precision, w, sw), 0.0))
 
 
 def main() -> None:

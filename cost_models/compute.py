@@ -1,8 +1,9 @@
 """Compute time of one layer's forward, activation-gradient and weight-gradient work.
 
 A roofline per op class: GEMM/attention FLOPs against the dense tensor peak × a fitted
-efficiency that shrinks for narrow GEMMs; memory-bound work (norms, softmax, elementwise)
-against HBM bandwidth × a fitted efficiency; plus a fixed cost per kernel launch. The
+efficiency, times the shape losses of the layer's GEMMs (`cost_models.gemm_shape`);
+memory-bound work (norms, softmax, elementwise) against HBM bandwidth × a fitted efficiency;
+plus a fixed cost per kernel launch. The
 constants live in `cost_models.efficiency`, with the data they were fitted on.
 """
 
@@ -17,7 +18,9 @@ __all__ = [
     "ADAM_BYTES_PER_PARAM",
     "LayerWork",
     "adam_step_s",
+    "element_bytes",
     "gemm_s",
+    "gemm_wide_flops_per_s",
     "layer_compute_s",
     "matmul_dtype",
     "memory_s",
@@ -72,16 +75,30 @@ def peak_tflops(gpu: GpuSpec, precision: str) -> float:
     return gpu.peak_tflops[matmul_dtype(gpu, precision)]
 
 
-def gemm_s(flops: float, gpu: GpuSpec, precision: str, width: float) -> float:
-    """Time of `flops` of GEMM work whose narrow dimension is `width` elements."""
-    if flops <= 0:
-        return 0.0
+def gemm_wide_flops_per_s(gpu: GpuSpec, precision: str) -> float:
+    """FLOP/s a large, well-shaped GEMM reaches: the dtype's dense peak × the generation's fitted
+    efficiency (the ceiling `cost_models.gemm_shape` adds shape losses below)."""
     c = constants_for(gpu.name, gpu.generation)
     dtype = matmul_dtype(gpu, precision)
     unit_eff = {"fp32": c.cuda_eff, "tf32": c.tf32_eff,
                 "fp8": c.fp8_eff or c.tensor_eff}.get(dtype, c.tensor_eff)
-    eff = unit_eff * width / (width + GEMM_DIM_HALF)
-    return flops / (gpu.peak_tflops[dtype] * 1e12 * eff)
+    return gpu.peak_tflops[dtype] * 1e12 * unit_eff
+
+
+def element_bytes(gpu: GpuSpec, precision: str) -> float:
+    """Bytes per GEMM operand element at the dtype GEMMs run in."""
+    return {"fp32": 4.0, "tf32": 4.0, "fp8": 1.0}.get(matmul_dtype(gpu, precision), 2.0)
+
+
+def gemm_s(flops: float, gpu: GpuSpec, precision: str, width: float,
+           shape_scale: float = 1.0) -> float:
+    """Time of `flops` of GEMM work whose narrow dimension is `width` elements, × `shape_scale`
+    (>= 1: the tile and wave quantisation and memory-bound losses of the GEMMs' shapes,
+    `planner.costing.layer_gemms`)."""
+    if flops <= 0:
+        return 0.0
+    eff_width = width / (width + GEMM_DIM_HALF)
+    return flops / (gemm_wide_flops_per_s(gpu, precision) * eff_width) * shape_scale
 
 
 def memory_s(nbytes: float, gpu: GpuSpec) -> float:
@@ -104,6 +121,9 @@ class LayerWork:
     """Narrow GEMM dimension on this GPU (hidden size / TP for a block)."""
     kernels_fwd: int
     """Kernels the forward launches (backward launches twice as many)."""
+    gemm_scale: tuple[float, float, float] = (1.0, 1.0, 1.0)
+    """(forward, activation-gradient, weight-gradient) multipliers of the GEMM time: the tile,
+    wave and memory-bound losses of this layer's GEMM shapes on this GPU (1.0: none)."""
 
 
 def _with_launches(gpu_s: float, kernels: int, kernel_s: float, overlapped: bool) -> float:
@@ -126,13 +146,14 @@ def layer_compute_s(work: LayerWork, gpu: GpuSpec, precision: str,
     dispatch runs ahead of the GPU (`_with_launches`).
     """
     kernel_s = constants_for(gpu.name, gpu.generation).kernel_s
+    sf, sa, sw = work.gemm_scale
     w = work.gemm_width
     n, ov = work.kernels_fwd, dispatch_overlapped
-    fwd = _with_launches(gemm_s(work.fwd_matmul_flops, gpu, precision, w)
+    fwd = _with_launches(gemm_s(work.fwd_matmul_flops, gpu, precision, w, sf)
                          + memory_s(work.fwd_memory_bytes, gpu), n, kernel_s, ov)
-    bwd_act = _with_launches(gemm_s(work.bwd_act_matmul_flops, gpu, precision, w)
+    bwd_act = _with_launches(gemm_s(work.bwd_act_matmul_flops, gpu, precision, w, sa)
                              + memory_s(2 * work.fwd_memory_bytes, gpu), n, kernel_s, ov)
-    bwd_weight = _with_launches(gemm_s(work.bwd_weight_matmul_flops, gpu, precision, w),
+    bwd_weight = _with_launches(gemm_s(work.bwd_weight_matmul_flops, gpu, precision, w, sw),
                                 n, kernel_s, ov)
     return fwd, bwd_act, bwd_weight
 

@@ -115,9 +115,11 @@ def constants_for(gpu_name: str, generation: str) -> ComputeConstants:
 
 GEMM_DIM_HALF = 96.0
 """A GEMM whose narrow dimension (hidden size / TP) is d runs at d / (d + GEMM_DIM_HALF) of the
-wide-GEMM efficiency (tile quantisation, short K loops): 91 % at d = 1024, 57 % at d = 128.
+wide-GEMM efficiency (short K loops, pipeline fill): 91 % at d = 1024, 57 % at d = 128.
 Not fitted: a shape assumption; the Sailor TP>1 rows mix this with PCIe traffic and cannot
-separate it."""
+separate it. The efficiencies above were fitted with it in place, so it stays; the tile and
+wave quantisation of each GEMM's own shape multiply on top (`cost_models.gemm_shape`,
+docs/cost-model.md §1a)."""
 
 KERNELS_PER_BLOCK_FWD = 24
 """Kernels one transformer block's forward launches in eager PyTorch/Megatron (norms 2, QKV,

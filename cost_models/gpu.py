@@ -37,6 +37,9 @@ class GpuSpec:
     On PCIe cards with an NVLink bridge it joins pairs of GPUs only."""
     tdp_w: float
     """Board power, W."""
+    sm_count: int | None = None
+    """Streaming multiprocessors (AMD: compute units): how many GEMM tiles run at once, the
+    wave size of `cost_models.gemm_shape`; None: unknown (no wave quantisation)."""
     notes: str = ""
     """What a user should know about this entry (variants, what one entry stands for)."""
     aliases: tuple[str, ...] = ()

@@ -84,11 +84,13 @@ def _derived(parent: GpuSpec, profile: str) -> GpuSpec:
         peak_tflops={k: v * c for k, v in parent.peak_tflops.items()},
         intra_node_link="pcie", intra_node_gb_per_s=link, nvlink_gb_per_s=None,
         tdp_w=parent.tdp_w * c, aliases=(),
+        sm_count=None if parent.sm_count is None else max(1, round(parent.sm_count * c)),
         price_per_gpu_hour=(None if parent.price_per_gpu_hour is None
                             else parent.price_per_gpu_hour * c),
         notes=f"MIG slice {profile} of {parent.name}; no NVLink/P2P between slices",
         sources={**parent.sources, "memory_gib": why, "hbm_gb_per_s": why, "peak_tflops": why,
-                 "tdp_w": why, "intra_node_gb_per_s": f"{_GUIDE}: no P2P between instances; "
+                 "tdp_w": why, "sm_count": why,
+                 "intra_node_gb_per_s": f"{_GUIDE}: no P2P between instances; "
                  f"parent PCIe shared by {p.max_instances} slices"})
 
 

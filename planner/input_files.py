@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import stat
 from pathlib import Path
 from typing import Any
@@ -63,9 +64,12 @@ def read_text(path: str | Path, where: str, *, what: str, max_bytes: int) -> str
     try:
         st = p.stat()
     except FileNotFoundError:
-        raise SpecError(where, None, f"no such {what} file; check the path") from None
+        raise SpecError(where, None, f"cannot read the {what} file: no such file; check the "
+                        "path") from None
     except OSError as exc:
         raise SpecError(where, None, f"cannot read the {what} file ({exc.strerror})") from None
+    except ValueError:  # a NUL byte in the path
+        raise SpecError(where, None, "not a usable path (it holds a NUL byte)") from None
     if stat.S_ISDIR(st.st_mode):
         raise SpecError(where, None, f"is a directory; give the {what} file inside it")
     if not stat.S_ISREG(st.st_mode):
@@ -167,7 +171,24 @@ def _yaml_error(where: str, exc: yaml.YAMLError) -> SpecError:
     return SpecError(where, None, f"not valid YAML: {clip(str(exc))}")
 
 
+def _bracket_depth(text: str) -> int:
+    """Deepest nesting of flow brackets (`[`, `{`); quoted brackets count too, which only
+    overstates a depth no real file comes near. PyYAML's parser takes seconds to reach its
+    recursion limit on a few KB of `[[[[`, so this is checked first."""
+    depth = deepest = 0
+    for ch in _NOT_BRACKET.sub("", text):
+        depth = depth + 1 if ch in "[{" else max(depth - 1, 0)
+        deepest = max(deepest, depth)
+    return deepest
+
+
+_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
+
+
 def _load_yaml(text: str, where: str) -> Any:
+    if _bracket_depth(text) > MAX_DEPTH:
+        raise SpecError(where, None, f"nested more than {MAX_DEPTH} levels deep; check the "
+                        "file's brackets")
     loader = _StrictLoader(text)
     try:
         node = loader.get_single_node()

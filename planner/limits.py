@@ -8,8 +8,9 @@ refused in one line instead of running out of memory or overflowing a tensor siz
 
 from __future__ import annotations
 
-__all__ = ["MAX_DEGREE", "MAX_EXPERTS", "MAX_FFN", "MAX_GLOBAL_BATCH", "MAX_HIDDEN",
-           "MAX_LAYERS", "MAX_MICROBATCHES", "MAX_SEQ_LEN", "MAX_VOCAB", "limit_text"]
+__all__ = ["MAX_CLUSTER_GPUS", "MAX_DEGREE", "MAX_EXPERTS", "MAX_FFN", "MAX_GLOBAL_BATCH",
+           "MAX_HIDDEN", "MAX_LAYERS", "MAX_MICROBATCHES", "MAX_NODES", "MAX_SEQ_LEN", "MAX_VOCAB",
+           "limit_text"]
 
 MAX_LAYERS = 2_048
 """Transformer blocks. The deepest published model has 1,000 (DeepNet, Wang et al. 2022); a
@@ -18,11 +19,17 @@ MAX_HIDDEN = 2**20
 MAX_FFN = 2**22
 MAX_VOCAB = 2**24
 MAX_SEQ_LEN = 2**24
-MAX_EXPERTS = 2**12
+MAX_EXPERTS = 2**10
+"""Routed experts per layer (DeepSeek-V3: 256; Switch-C: 2,048, the one model above it). The
+extraction builds every expert of one block, on the meta device but one module each."""
 MAX_GLOBAL_BATCH = 2**24
 """Sequences per iteration (also bounds the micro-batch size)."""
 MAX_MICROBATCHES = 2**16
 """Micro-batches per pipeline per iteration: the schedule simulation steps through each."""
+MAX_NODES = 2**14
+"""Nodes in one group of a cluster file."""
+MAX_CLUSTER_GPUS = 2**17
+"""GPUs in a whole cluster (the largest training clusters built hold ~10^5)."""
 MAX_DEGREE = 2**16
 """TP, PP, DP and EP degrees (a plan is also bounded by its cluster's GPUs)."""
 

@@ -103,4 +103,4 @@ def test_profile_cli_writes_a_file_and_explains_bad_input(tmp_path, capsys) -> N
         assert code == 2 and "no CUDA device" in err
     code, _, err = run_cli(["plan", str(model), "dgx-a100", "--profiles",
                             str(tmp_path / "missing.csv")], capsys)
-    assert code == 2 and "no such file" in err
+    assert code == 2 and "no such" in err and "missing.csv" in err

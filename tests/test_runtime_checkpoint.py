@@ -23,6 +23,7 @@ from planner.runtime.dry_run import dryrun, tiny_spec
 from planner.runtime.local import WorkerError
 from planner.runtime.lr_schedule import LrSchedule
 from planner.runtime.stage import chain_of, loss_of
+from planner.schema import Plan
 from tests.cli import run_cli
 from tests.test_runtime_plans import make_plan, stage
 
@@ -64,8 +65,8 @@ def _uninterrupted(model: Any, batches: list[tuple[torch.Tensor, torch.Tensor]],
 
 def test_a_checkpoint_moves_across_tp_pp_dp_and_zero1(tmp_path: Path, capsys) -> None:
     # Three plans of one model, each resuming the one before: TP 2 × PP 2 (DTensor shards,
-    # no ZeRO) -> DP 2 of TP 2 and TP 2 -> 1 with ZeRO-1 -> DP 2 of PP 1 and PP 2 (TP 1).
-    # Every resumed step matches an uninterrupted run's loss and gradients.
+    # no ZeRO) -> DP 2 of PP 1 (TP 2) and PP 2 (TP 2 -> 1) with ZeRO-1 -> DP 2 × PP 2 with
+    # ZeRO-3. Every resumed step matches an uninterrupted run's loss and gradients.
     model = _model()
     tp_pp = make_plan([{"microbatches": 4, "stages": [stage(0, 3, [0, 1]), stage(3, 6, [2, 3])]}],
                       model=model)
@@ -74,14 +75,19 @@ def test_a_checkpoint_moves_across_tp_pp_dp_and_zero1(tmp_path: Path, capsys) ->
     dp_tp_zero = make_plan([{"microbatches": 2, "stages": [stage(0, 6, [0, 1])]},
                             {"microbatches": 2, "stages": [stage(0, 3, [2, 3]), stage(3, 6, [4])]}],
                            model=model, zero1=True)
-    dp_pp = make_plan([{"microbatches": 1, "stages": [stage(0, 6, [0])]},
-                       {"microbatches": 3, "stages": [stage(0, 2, [1]), stage(2, 6, [2])]}],
-                      model=model)
+    # ZeRO-3: FSDP2 over a (dp 2, tp 2) mesh, the tied embedding/head on ZeRO-1 slices; its
+    # global batch is 6 sequences, not 4.
+    fsdp = make_plan([{"microbatches": 3, "stages": [stage(0, 3, [3 * p, 3 * p + 1]),
+                                                     stage(3, 6, [3 * p + 2])]} for p in range(2)],
+                     model=model, zero1=True).to_dict()
+    fsdp["zero"] = 3
+    fsdp_plan = Plan.from_dict(fsdp)
     ck1, ck2 = tmp_path / "a", tmp_path / "b"
     first = dryrun(tp_pp, steps=2, save_checkpoint=str(ck1))
     second = dryrun(dp_tp_zero, steps=2, resume=str(ck1), save_checkpoint=str(ck2))
-    code, text, err = run_cli(["dryrun", str(_plan_file(dp_pp, tmp_path / "c.json")), "--resume",
-                               str(ck2), "--steps", "2", "--json"], capsys)
+    c_json = _plan_file(fsdp_plan, tmp_path / "c.json")
+    code, text, err = run_cli(["dryrun", str(c_json), "--resume", str(ck2), "--steps", "2",
+                               "--json"], capsys)
     assert code == 0, err
     third = json.loads(text)
     assert third["first_step"] == 4 and third["ok"] and third["params_checked"] == 68
@@ -94,7 +100,8 @@ def test_a_checkpoint_moves_across_tp_pp_dp_and_zero1(tmp_path: Path, capsys) ->
         assert res.max_grad_diff <= 1e-5
 
     spec = tiny_spec(model, tp_pp)
-    batches = [synthetic_batch(s, 4, spec.seq_len, spec.vocab_size) for s in range(6)]
+    batches = [synthetic_batch(s, 4 if s < 4 else 6, spec.seq_len, spec.vocab_size)
+               for s in range(6)]
     want = _uninterrupted(build_model(spec, device="cpu"), batches, [1e-4] * 6)
     got = [*first.losses, *second.losses, *third["losses"]]
     assert np.allclose(got, want, atol=1e-5, rtol=0)
@@ -193,9 +200,11 @@ def test_train_on_a_token_file_with_a_schedule_saves_and_resumes(tmp_path: Path)
     dp = make_plan([{"microbatches": 1, "stages": [stage(0, 6, [0])]},
                     {"microbatches": 1, "stages": [stage(0, 6, [1])]}], model=model)
     ck = tmp_path / "ck"
+    # Resuming from its own, still empty, save folder: a fresh start (what a restarted job
+    # relies on to pick up its latest checkpoint).
     first = run_local(_train_worker, 2, pp.to_dict(), {
         "steps": 3, "data": dict(data), "lr": 1e-3, "lr_schedule": schedule,
-        "save_checkpoint": str(ck), "save_every": 2})[0]
+        "save_checkpoint": str(ck), "save_every": 2, "resume": str(ck)})[0]
     assert sorted(p.name for p in ck.iterdir()) == ["latest", "step-00000002", "step-00000003"]
     assert (ck / "latest").read_text().strip() == "step-00000003"
     second = run_local(_train_worker, 2, dp.to_dict(), {

@@ -35,7 +35,7 @@ __all__ = [
 CATALOG_PATH = Path(__file__).with_name("gpus.yaml")
 
 _REQUIRED_NUMBERS = ("memory_gib", "hbm_gb_per_s", "intra_node_gb_per_s", "pcie_gb_per_s", "tdp_w")
-_OPTIONAL_NUMBERS = ("nvlink_gb_per_s", "price_per_gpu_hour")
+_OPTIONAL_NUMBERS = ("nvlink_gb_per_s", "price_per_gpu_hour", "sm_count")
 _STRINGS = ("name", "vendor", "generation", "intra_node_link")
 _OTHER_KEYS = ("peak_tflops", "aliases", "sources", "notes")
 _KEYS = frozenset((*_REQUIRED_NUMBERS, *_OPTIONAL_NUMBERS, *_STRINGS, *_OTHER_KEYS))
@@ -91,6 +91,8 @@ def _entry(raw: Any, index: int, where: str) -> GpuSpec:
     for key in (*_REQUIRED_NUMBERS, *_OPTIONAL_NUMBERS):
         if key in raw and not _positive(raw[key]):
             raise fail(key, f"must be a positive number, got {raw[key]!r}")
+    if "sm_count" in raw and not isinstance(raw["sm_count"], int):
+        raise fail("sm_count", f"must be a whole number of SMs, got {raw['sm_count']!r}")
 
     peaks = raw.get("peak_tflops")
     if not isinstance(peaks, dict) or not peaks:
@@ -150,6 +152,7 @@ def _entry(raw: Any, index: int, where: str) -> GpuSpec:
         pcie_gb_per_s=float(raw["pcie_gb_per_s"]),
         nvlink_gb_per_s=float(raw["nvlink_gb_per_s"]) if "nvlink_gb_per_s" in raw else None,
         tdp_w=float(raw["tdp_w"]),
+        sm_count=int(raw["sm_count"]) if "sm_count" in raw else None,
         notes=" ".join(notes.split()),
         aliases=tuple(aliases),
         sources={str(k): str(v) for k, v in sources.items()},

@@ -30,6 +30,7 @@ def gpu_record(spec: GpuSpec) -> dict[str, Any]:
         "nvlink_gb_per_s": spec.nvlink_gb_per_s,
         "pcie_gb_per_s": spec.pcie_gb_per_s,
         "tdp_w": spec.tdp_w,
+        "sm_count": spec.sm_count,
         "price_per_gpu_hour": spec.price_per_gpu_hour,
         "aliases": list(spec.aliases),
         "notes": spec.notes,
@@ -88,6 +89,7 @@ def _detail(spec: GpuSpec) -> Table:
         ("nvlink_gb_per_s", spec.nvlink_gb_per_s),
         ("pcie_gb_per_s", spec.pcie_gb_per_s),
         ("tdp_w", spec.tdp_w),
+        ("sm_count", spec.sm_count),
         ("price_per_gpu_hour", spec.price_per_gpu_hour),
     ]
     for field, value in rows:

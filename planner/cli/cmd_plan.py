@@ -17,6 +17,7 @@ from collections import Counter
 from typing import Annotated, Any
 
 import typer
+from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -56,7 +57,8 @@ class _Bar:
             self.progress = Progress(TextColumn("searching"), BarColumn(),
                                      TextColumn("{task.percentage:>3.0f}%"),
                                      TextColumn("{task.description}"), TimeElapsedColumn(),
-                                     console=console, transient=True)
+                                     # stderr: stdout carries the plan (or its JSON)
+                                     console=Console(stderr=True), transient=True)
             self.progress.start()
             self.task = self.progress.add_task(what, total=1.0)
         self.progress.update(self.task, completed=fraction, description=what)

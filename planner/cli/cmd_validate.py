@@ -9,6 +9,7 @@ A folder holding none of the measurement files is an error (exit 2), not an empt
 
 from __future__ import annotations
 
+import csv
 import math
 from pathlib import Path
 from typing import Annotated
@@ -20,6 +21,7 @@ from planner.cli.main import app
 from planner.cli.output import print_json, wide_console
 from planner.cli.progress import spinner
 from planner.errors import HetplanError
+from planner.input_files import clip
 
 __all__ = ["validate"]
 
@@ -48,8 +50,13 @@ def validate(
     if not data_files_in(folder):
         raise HetplanError(f"--data-dir {folder}: holds none of the measurement files "
                            f"{', '.join(DATA_FILES)}; nothing to validate")
-    with spinner("validating the cost model", enabled=not json_out) as step:
-        results = run_all(folder, progress=step)
+    try:
+        with spinner("validating the cost model", enabled=not json_out) as step:
+            results = run_all(folder, progress=step)
+    except (OSError, ValueError, KeyError, IndexError, csv.Error) as exc:
+        # The files are the user's (--data-dir): a malformed one is bad input, not a bug.
+        raise HetplanError(f"--data-dir {folder}: a measurement file cannot be read "
+                           f"({clip(f'{type(exc).__name__}: {exc}', 200)})") from None
     if json_out:
         print_json({mode: [r.to_dict() for r in reps] for mode, reps in results.items()})
         return

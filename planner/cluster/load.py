@@ -28,6 +28,7 @@ from cost_models.mig import mig_profiles, split_mig_name
 from planner.cluster.model import Cluster, NodeGroup
 from planner.errors import SpecError
 from planner.input_files import load_yaml_mapping
+from planner.limits import MAX_CLUSTER_GPUS, MAX_NODES, limit_text
 
 __all__ = [
     "CLUSTERS_DIR",
@@ -58,7 +59,7 @@ class _Group(BaseModel):
     model_config = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False)
 
     name: str
-    count: Annotated[int, Field(ge=1)]
+    count: Annotated[int, Field(ge=1, le=MAX_NODES)]
     gpu: str
     gpus_per_node: Annotated[int, Field(ge=1, le=MAX_GPUS_PER_NODE * 7)]  # 7: MIG slices
     intra_node: Literal["nvlink", "pcie"] | None = None
@@ -232,6 +233,10 @@ def cluster_from_dict(data: Any, where: str = "cluster") -> Cluster:
         raise SpecError(where, "name", f"{parsed.name!r} is not a valid cluster name "
                         f"({_NAME_RULE})")
     groups = tuple(_group(raw, i, where) for i, raw in enumerate(parsed.nodes))
+    total = sum(g.count * g.gpus_per_node for g in groups)
+    if total > MAX_CLUSTER_GPUS:
+        raise SpecError(where, "nodes", f"{total:,} GPUs in all, above hetplan's limit of "
+                        f"{limit_text(MAX_CLUSTER_GPUS)}; check the node counts")
     seen_groups: dict[str, int] = {}
     seen_nodes: dict[str, str] = {}
     for i, g in enumerate(groups):

@@ -27,6 +27,7 @@ from cost_models.memory import (
 from cost_models.moe import DEFAULT_CAPACITY_FACTOR
 from cost_models.profiles import ProfileSet, default_profiles
 from planner.costing.framework import DEFAULT_FRAMEWORK, Framework
+from planner.costing.layer_gemms import layer_gemm_factors
 from planner.costing.links import link_of_kind
 from planner.costing.result import StageMemory
 from planner.graph.layers import Layer, LayerGraph
@@ -176,9 +177,9 @@ def _layer_costs(layer: Layer, graph: LayerGraph, gpu: GpuSpec, tp: int, mb: int
         mem_share *= fw.memory_traffic_scale
         if fw.fused_kernels:
             mem_share *= _fused_ratio(layer, graph)
-    width = layer.matmul_dim / t if layer.kind in ("block", "other") else layer.matmul_dim
     # A causal flash kernel skips part of the attention core (framework.py); its backward is
     # twice its forward and all activation gradient.
+    width = layer.matmul_dim / t if layer.kind in ("block", "other") else layer.matmul_dim
     skipped = (1.0 - fw.attention_flops_share) * layer.fwd_attention_flops
     work = LayerWork(
         fwd_matmul_flops=b * (layer.fwd_matmul_flops - skipped + extra) / ts,
@@ -186,6 +187,8 @@ def _layer_costs(layer: Layer, graph: LayerGraph, gpu: GpuSpec, tp: int, mb: int
         bwd_weight_matmul_flops=b * (layer.bwd_weight_flops * mm_frac + extra) / ts,
         fwd_memory_bytes=b * layer.fwd_memory_bytes * mem_share,
         gemm_width=max(width, 1.0),
+        gemm_scale=layer_gemm_factors(layer, graph.seq_len, gpu, precision, ts, b,
+                                      fw.attention_flops_share),
         kernels_fwd=_KERNELS.get(layer.kind, KERNELS_PER_BLOCK_FWD),
     )
     fwd, bwd_act, bwd_w = layer_compute_s(work, gpu, precision, fw.host_dispatch_overlapped)
@@ -206,9 +209,9 @@ def _layer_costs(layer: Layer, graph: LayerGraph, gpu: GpuSpec, tp: int, mb: int
     comm_fwd = comm_bwd = comm
     if fw.tp_comm_overlap and comm > 0:
         # Chunked collectives pipelined with the adjacent GEMMs: only what outlasts them shows.
-        w = work.gemm_width
-        comm_fwd = max(0.0, comm - gemm_s(work.fwd_matmul_flops, gpu, precision, w))
-        comm_bwd = max(0.0, comm - gemm_s(work.bwd_act_matmul_flops, gpu, precision, w))
+        w, (sf, sa, _) = work.gemm_width, work.gemm_scale
+        comm_fwd = max(0.0, comm - gemm_s(work.fwd_matmul_flops, gpu, precision, w, sf))
+        comm_bwd = max(0.0, comm - gemm_s(work.bwd_act_matmul_flops, gpu, precision, w, sa))
     if cp > 1 and cp_link is not None and layer.kind == "block":
         ring_fwd, ring_bwd = _ring_exposed_s(layer, graph, gpu, b, ts, cp, cp_link,
                                              fw.attention_flops_share, work.gemm_width)
@@ -247,7 +250,7 @@ def _layer_costs(layer: Layer, graph: LayerGraph, gpu: GpuSpec, tp: int, mb: int
         mem_fwd = (memory_s(work.fwd_memory_bytes, gpu)
                    + work.kernels_fwd * constants_for(gpu.name, gpu.generation).kernel_s)
         bwd += (fw.recompute_gemm_fraction * gemm_s(work.fwd_matmul_flops, gpu, precision,
-                                                    work.gemm_width)
+                                                    work.gemm_width, work.gemm_scale[0])
                 + (fw.recompute_memory_fraction or 0.0) * mem_fwd)
     elif recompute == "selective" and layer.kind == "block":
         attn_flops = getattr(layer, "fwd_attention_flops", None)
@@ -432,6 +435,16 @@ def stage_peak_memory_gib(cost: StageCost, inflight_microbatches: float,
     whole at once; routed experts' optimizer state over zero1_dp / ep), activations of the
     in-flight micro-batches, recompute transient, framework overhead. `fraction`: the share of
     the sharded state this GPU keeps (a plan's `shard_fraction`; default 1 / zero1_dp)."""
+    # One arithmetic, kept in `stage_memory`: the peak is the sum of its parts.
+    return stage_memory(cost, inflight_microbatches, zero1_dp, zero, gathered_params, ep=ep,
+                        fraction=fraction).total_gib
+
+
+def stage_memory(cost: StageCost, inflight_microbatches: float, zero1_dp: int = 1,
+                 zero: int = 1, gathered_params: float = 0.0, ep: int = 1,
+                 fraction: float | None = None) -> StageMemory:
+    """What one GPU of the stage holds at its peak, by part (arguments as in
+    `stage_peak_memory_gib`, which is their sum)."""
     keep = fraction if fraction is not None and zero1_dp > 1 else 1 / max(zero1_dp, 1)
     shed = 1 - keep
     opt = cost.optimizer_bytes_per_gpu
@@ -442,36 +455,12 @@ def stage_peak_memory_gib(cost: StageCost, inflight_microbatches: float,
     # Weights and gradients are the rest of the state, one half each (2 + 2 B or 4 + 4 B).
     half = (cost.static_bytes_per_gpu - opt) / 2
     per_param = half / cost.params_per_gpu if cost.params_per_gpu else 0.0
-    state = (cost.static_bytes_per_gpu - (opt - expert_opt) * shed
-             - expert_opt * (1 - 1 / expert_dp))
-    if zero >= 2:
-        state -= half * shed
-    if zero >= 3:
-        state -= half * shed
-        state += gathered_params * 2 * per_param  # the gathered weights and their gradients
-    act = cost.activation_bytes_per_microbatch * inflight_microbatches
-    return (state + act + cost.recompute_transient_bytes) / GIB + FRAMEWORK_OVERHEAD_GIB
-
-
-def stage_memory(cost: StageCost, inflight_microbatches: float, zero1_dp: int = 1,
-                 zero: int = 1, gathered_params: float = 0.0, ep: int = 1,
-                 fraction: float | None = None) -> StageMemory:
-    """`stage_peak_memory_gib` by part (same arguments, same arithmetic term by term)."""
-    keep = fraction if fraction is not None and zero1_dp > 1 else 1 / max(zero1_dp, 1)
-    shed = 1 - keep
-    opt = cost.optimizer_bytes_per_gpu
-    expert_opt = cost.expert_optimizer_bytes_per_gpu
-    expert_dp = max(zero1_dp // max(ep, 1), 1)
-    if fraction is not None and zero1_dp > 1:
-        expert_dp = 1 / min(1.0, keep * max(ep, 1))
-    half = (cost.static_bytes_per_gpu - opt) / 2
-    per_param = half / cost.params_per_gpu if cost.params_per_gpu else 0.0
     weights = grads = half
     if zero >= 2:
         grads -= half * shed
     if zero >= 3:
         weights -= half * shed
-        weights += gathered_params * per_param
+        weights += gathered_params * per_param  # the gathered weights and their gradients
         grads += gathered_params * per_param
     optimizer = opt - (opt - expert_opt) * shed - expert_opt * (1 - 1 / expert_dp)
     return StageMemory(

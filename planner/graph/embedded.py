@@ -21,6 +21,7 @@ from typing import Any
 
 from planner.errors import SpecError
 from planner.graph.layers import Layer, LayerGraph
+from planner.limits import MAX_LAYERS, MAX_SEQ_LEN, limit_text
 
 __all__ = ["MODULE_SOURCE", "graph_of", "is_module_model", "load_factory", "module_model"]
 
@@ -50,7 +51,7 @@ def graph_of(data: dict[str, Any], where: str = "plan: model") -> tuple[LayerGra
                         f"{', '.join(sorted(_KEYS))})")
     precision = data.get("precision")
     if precision not in _PRECISIONS:
-        raise SpecError(where, "precision", f"{precision!r}; use bf16, fp16 or fp32")
+        raise SpecError(where, "precision", f"{precision!r:.40}; use bf16, fp16 or fp32")
     factory = data.get("factory")
     if factory is not None:
         _split_factory(factory, where)
@@ -66,6 +67,11 @@ def graph_of(data: dict[str, Any], where: str = "plan: model") -> tuple[LayerGra
     if raw["dtype_bytes"] != _PRECISIONS[precision]:
         raise SpecError(where, "graph.dtype_bytes", f"{raw['dtype_bytes']} but precision "
                         f"{precision} has {_PRECISIONS[precision]}-byte elements")
+    if raw["seq_len"] > MAX_SEQ_LEN or len(raw["layers"]) > MAX_LAYERS + 2:
+        field = "seq_len" if raw["seq_len"] > MAX_SEQ_LEN else "layers"
+        raise SpecError(where, f"graph.{field}", f"above hetplan's limit "
+                        f"({limit_text(MAX_SEQ_LEN)} tokens, {limit_text(MAX_LAYERS)} blocks); "
+                        "check the plan file")
     if len(raw["layers"]) < 3:
         raise SpecError(where, "graph.layers", "needs the embedding, at least one block and "
                         "the head")

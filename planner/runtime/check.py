@@ -81,6 +81,7 @@ def _batch_source(opts: dict[str, Any]) -> Callable[[int, int, int], tuple[torch
 
 def _worker(rank: int, world: int, store_dir: str, plan_dict: dict, factory: ModelFactory,
             opts: dict[str, Any], steps: int) -> dict[str, Any]:
+    from planner.runtime.checkpoint import runner_optimizers
     from planner.runtime.lr_schedule import LrSchedule, set_lr
 
     plan = Plan.from_dict(plan_dict)
@@ -132,7 +133,8 @@ def _worker(rank: int, world: int, store_dir: str, plan_dict: dict, factory: Mod
         consumed += plan.global_batch_size
         if schedule is not None:
             set_lr(ref_opt, schedule.lr_at(step))
-            set_lr(runner.optimizer, schedule.lr_at(step))
+            for opt in runner_optimizers(runner):
+                set_lr(opt, schedule.lr_at(step))
         ref_losses.append(reference_loss(step, inputs, labels))
         losses.append(runner.train_step(inputs, labels, before_update=compare))
         ref_opt.step()

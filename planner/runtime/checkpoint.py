@@ -20,7 +20,6 @@ step, samples consumed, the plan it came from, optimizer step, loss scale, lr sc
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -31,10 +30,11 @@ from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.tensor import DTensor, distribute_tensor
 
 from planner.errors import HetplanError
+from planner.outfile import write_output
 from planner.runtime.grads import local_tensor
 
-__all__ = ["META", "SCHEMA", "check_model", "find_checkpoint", "load_checkpoint", "read_meta",
-           "save_checkpoint"]
+__all__ = ["META", "SCHEMA", "check_model", "find_checkpoint", "has_checkpoint",
+           "load_checkpoint", "read_meta", "runner_optimizers", "save_checkpoint"]
 
 META = "hetplan-checkpoint.json"
 SCHEMA = "hetplan.checkpoint/v1"
@@ -49,9 +49,23 @@ def _canon(t: torch.Tensor) -> torch.Tensor:
     return t if _sharded(t) else local_tensor(t)
 
 
-def _moments(optimizer: torch.optim.Optimizer) -> tuple[str, ...]:
-    adam = isinstance(optimizer, torch.optim.Adam | torch.optim.AdamW)
-    return ("exp_avg", "exp_avg_sq") if adam else ()
+def _moments(runner: Any) -> tuple[str, ...]:
+    return ("exp_avg", "exp_avg_sq") if runner.optimizer_name in ("adam", "adamw") else ()
+
+
+def runner_optimizers(runner: Any) -> list[torch.optim.Optimizer]:
+    """Every optimizer of a Runner: the plain one (whole parameters, or FSDP2 shards) and
+    the ZeRO-1 slices' (either may be absent; they may be one object)."""
+    found = [runner.optimizer, runner.zero.optimizer if runner.zero is not None else None]
+    out: list[torch.optim.Optimizer] = []
+    for opt in found:
+        if opt is not None and all(opt is not o for o in out):
+            out.append(opt)
+    return out
+
+
+def _zero_keys(runner: Any) -> dict[Any, Any]:
+    return {s.key: s for s in runner.zero.slices} if runner.zero is not None else {}
 
 
 def _names(runner: Any) -> dict[Any, str]:
@@ -65,27 +79,30 @@ def _names(runner: Any) -> dict[Any, str]:
 
 
 def _writes(runner: Any, key: Any, p: torch.Tensor) -> bool:
+    if key in getattr(runner, "fsdp_keys", ()):
+        return True  # an FSDP2 DTensor over every replica: each holds its own shard
     first = runner.rules[key].holders[0]
     return runner.rank in first and (_sharded(p) or runner.rank == first[0])
 
 
 def _dense_state(runner: Any, steps: int) -> None:
     """Adam creates its state on the first step: create it now (zeros, step `steps`)."""
-    opt = runner.optimizer
-    names = _moments(opt)
-    targets = runner.zero.masters if runner.zero is not None else [p for _, p in runner.params]
-    for p in targets:
-        state = opt.state[p]
-        if names and not state:
-            state["step"] = torch.tensor(float(steps))
-            for n in names:
-                state[n] = torch.zeros_like(p, memory_format=torch.preserve_format)
+    names = _moments(runner)
+    for opt in runner_optimizers(runner):
+        for group in opt.param_groups:
+            for p in group["params"]:
+                state = opt.state[p]
+                if names and not state:
+                    state["step"] = torch.tensor(float(steps))
+                    for n in names:
+                        state[n] = torch.zeros_like(p, memory_format=torch.preserve_format)
 
 
 def _optimizer_steps(runner: Any) -> int:
-    for state in runner.optimizer.state.values():
-        if "step" in state:
-            return int(state["step"])
+    for opt in runner_optimizers(runner):
+        for state in opt.state.values():
+            if "step" in state:
+                return int(state["step"])
     return 0
 
 
@@ -134,25 +151,29 @@ def save_checkpoint(runner: Any, root: str | Path, *, step: int, samples: int,
                     meta: dict[str, Any]) -> Path:
     """Save this rank's share (call on every rank); returns the step folder. `meta` (model,
     plan, optimizer, history, ...) goes into the metadata JSON with step and samples."""
-    if getattr(runner, "fsdp_keys", None):
-        raise HetplanError("checkpoints of ZeRO-2/3 runs (FSDP2 shards) are not written or "
-                           "read yet; use zero 1 for a run that saves or resumes")
     folder = Path(root) / f"step-{step:08d}"
     steps = _optimizer_steps(runner)
     _dense_state(runner, steps)
     names = _names(runner)
-    moments = _moments(runner.optimizer)
+    moments = _moments(runner)
     zero_state = {n: _zero_whole(runner, n) for n in moments} if runner.zero is not None else {}
+    sliced = _zero_keys(runner)
     sd: dict[str, Any] = {}
     for key, p in runner.params:
         if not _writes(runner, key, p):
             continue
         sd[f"model.{names[key]}"] = _canon(p.detach())
         for n in moments:
-            t = zero_state[n][key] if runner.zero is not None else runner.optimizer.state[p][n]
+            t = zero_state[n][key] if key in sliced else runner.optimizer.state[p][n]
             sd[f"optim.{names[key]}.{n}"] = _canon(t)
+    if dist.get_rank() == 0:
+        # Saving over an older save of this step: unmark it first (ours and DCP's), so a
+        # save cut short never leaves old metadata beside new files.
+        for name in (META, ".metadata"):
+            (folder / name).unlink(missing_ok=True)
+    dist.barrier()
     try:
-        dcp.save(sd, checkpoint_id=str(folder))
+        dcp.save(sd, storage_writer=dcp.FileSystemWriter(str(folder), overwrite=True))
     except (Exception, CheckpointException) as exc:  # DCP's is a BaseException
         raise HetplanError(f"--save-checkpoint {root}: cannot write {folder.name} "
                            f"({_first_line(exc)})") from None
@@ -165,8 +186,8 @@ def save_checkpoint(runner: Any, root: str | Path, *, step: int, samples: int,
                 "loss_scale": None if scaler is None else {"scale": scaler.scale,
                                                            "clean": scaler._clean},
                 **meta}
-        _write_atomic(folder / META, json.dumps(info, indent=1, sort_keys=True) + "\n")
-        _write_atomic(Path(root) / "latest", folder.name + "\n")
+        write_output(folder / META, json.dumps(info, indent=1, sort_keys=True) + "\n")
+        write_output(Path(root) / "latest", folder.name + "\n")
     dist.barrier()
     return folder
 
@@ -180,10 +201,13 @@ def _first_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {lines[0][:200]}" if lines else type(exc).__name__
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+def has_checkpoint(path: str | Path) -> bool:
+    """Whether `path` is, or holds (`latest`), a complete checkpoint."""
+    try:
+        find_checkpoint(path)
+    except HetplanError:
+        return False
+    return True
 
 
 def find_checkpoint(path: str | Path) -> Path:
@@ -239,19 +263,17 @@ def _like(t: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
 def load_checkpoint(runner: Any, meta: dict[str, Any]) -> None:
     """Load the checkpoint `meta` describes into this rank's parameters, optimizer state, loss
     scale and RNG (call on every rank, after `check_model`)."""
-    if getattr(runner, "fsdp_keys", None):
-        raise HetplanError("checkpoints of ZeRO-2/3 runs (FSDP2 shards) are not written or "
-                           "read yet; use zero 1 for a run that saves or resumes")
     folder = Path(meta["folder"])
     steps = int(meta["optimizer_steps"])
     opt = runner.optimizer
+    zero_opt = runner.zero.optimizer if runner.zero is not None else None
     if meta.get("optimizer") is not None and meta["optimizer"] != runner.optimizer_name:
         raise HetplanError(f"--resume {folder}: saved with optimizer {meta['optimizer']}, this "
                            f"run uses {runner.optimizer_name}; pass --optimizer "
                            f"{meta['optimizer']}")
-    moments = _moments(opt)
+    moments = _moments(runner)
     names = _names(runner)
-    slices = {s.key: s for s in runner.zero.slices} if runner.zero is not None else {}
+    slices = _zero_keys(runner)
     dest: dict[str, Any] = {}
     for key, p in runner.params:
         s = slices.get(key)
@@ -282,7 +304,7 @@ def load_checkpoint(runner: Any, meta: dict[str, Any]) -> None:
             m = runner.zero.masters[runner.zero.slices.index(s)]
             m.copy_(local_tensor(whole).reshape(-1)[a:b])
             if moments:
-                opt.state[m] = {"step": torch.tensor(float(steps)), **{
+                zero_opt.state[m] = {"step": torch.tensor(float(steps)), **{
                     n: local_tensor(dest[f"optim.{names[key]}.{n}"]).reshape(-1)[a:b].clone()
                     for n in moments}}
     scale = meta.get("loss_scale")

@@ -255,4 +255,9 @@ def _checkpoint_spec(meta: dict[str, Any], small: Plan) -> ModelSpec:
             raise HetplanError(f"--resume {meta['folder']}: the checkpoint's dryrun model has "
                                f"{spec.num_kv_heads} KV heads; TP {tp} of this plan does not "
                                "split it. Save from a plan whose TP degrees include this one")
+    chunks = 2 * max(small.cp(p) for p in range(len(small.pipelines)))
+    if spec.seq_len % chunks:
+        raise HetplanError(f"--resume {meta['folder']}: the checkpoint's dryrun sequence of "
+                           f"{spec.seq_len} tokens does not split into the {chunks} chunks of "
+                           "this plan's context parallelism")
     return spec

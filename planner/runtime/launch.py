@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Literal
 
 from planner.errors import HetplanError
+from planner.input_files import MAX_YAML_BYTES, read_text
 from planner.runtime.outdir import write_folder
 from planner.runtime.topology import node_order, torch_rank_map
 from planner.schema import Plan
@@ -70,10 +71,7 @@ def read_hostfile(path: str | Path, plan: Plan) -> tuple[tuple[str, str], ...]:
     """`plan-node host` per line (`#` comments, blank lines allowed); every node of the plan
     exactly once, every host once. One-line HetplanError naming the line otherwise."""
     p = Path(path)
-    try:
-        text = p.read_text()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise HetplanError(f"--hostfile {p}: cannot read it ({exc})") from None
+    text = read_text(p, f"--hostfile {p}", what="host", max_bytes=MAX_YAML_BYTES)
     nodes = [n for n, _ in node_order(plan)]
     hosts: dict[str, str] = {}
     for lineno, line in enumerate(text.splitlines(), 1):

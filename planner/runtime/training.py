@@ -8,6 +8,7 @@ import os
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -16,7 +17,13 @@ import torch.distributed as dist
 from planner.errors import HetplanError
 from planner.graph.embedded import is_module_model, load_factory
 from planner.runtime.build import build_for_rank, spec_of, tokens_of
-from planner.runtime.checkpoint import check_model, load_checkpoint, read_meta
+from planner.runtime.checkpoint import (
+    check_model,
+    has_checkpoint,
+    load_checkpoint,
+    read_meta,
+    runner_optimizers,
+)
 from planner.runtime.checkpoint import save_checkpoint as save_checkpoint_
 from planner.runtime.data import synthetic_batch
 from planner.runtime.engine import Runner
@@ -175,7 +182,8 @@ def train(plan: Plan, *, steps: int, model_factory: Callable[[], Any] | None = N
     lr_schedule: warm-up + cosine (`lr_schedule.py`); default: constant `lr`.
     save_checkpoint: a folder; a checkpoint (`checkpoint.py`) goes there every `save_every`
     steps and after the last. resume: a checkpoint of the same model from any plan: its
-    weights, optimizer state, step and data position are loaded and `steps` more run.
+    weights, optimizer state, step and data position are loaded and `steps` more run; the
+    save_checkpoint folder itself before anything is saved there: a fresh start.
     """
     plan_rank, to_torch, device = setup_rank(plan)
     if model_factory is None and is_module_model(plan.model):
@@ -196,6 +204,13 @@ def train(plan: Plan, *, steps: int, model_factory: Callable[[], Any] | None = N
             log(f"note: {note}")
     next_batch = _batches(plan, data_loader, seed)
     start, consumed, history = 0, 0, []
+    if resume is not None and save_checkpoint is not None and not has_checkpoint(resume) \
+            and Path(resume).resolve() == Path(save_checkpoint).resolve():
+        # Resuming from the folder this run saves into, before its first save: a fresh
+        # start, so that a restarted job (torchrun --max-restarts) picks up its own latest.
+        if log is not None and dist.get_rank() == 0:
+            log(f"no checkpoint in {resume} yet: starting at step 0")
+        resume = None
     if resume is not None:
         meta = read_meta(resume)
         check_model(meta, plan.model)
@@ -216,7 +231,8 @@ def train(plan: Plan, *, steps: int, model_factory: Callable[[], Any] | None = N
     tokens = 0
     for step in range(start, start + steps):
         if lr_schedule is not None:
-            set_lr(runner.optimizer, lr_schedule.lr_at(step))
+            for opt in runner_optimizers(runner):
+                set_lr(opt, lr_schedule.lr_at(step))
         inputs, labels = next_batch(step, consumed)
         if inputs.shape[0] != plan.global_batch_size:
             raise HetplanError(f"batch has {inputs.shape[0]} rows, the plan's global batch is "

@@ -19,6 +19,7 @@ from planner.costing.framework import DEFAULT_FRAMEWORK, FRAMEWORKS, Framework
 from planner.costing.resolve import resolve_cluster, resolve_model
 from planner.costing.result import Estimate
 from planner.errors import HetplanError
+from planner.limits import MAX_MICROBATCHES, limit_text
 from planner.schema import Plan
 from planner.search.certify import bounds, certify
 from planner.search.engine import (
@@ -182,6 +183,12 @@ def plan(model: Any, cluster: Any, *, global_batch_size: int | None = None,
     if not sizes:
         raise HetplanError(f"no micro-batch size in {list(micro_batch_sizes or ())} divides the "
                            f"global batch {gbs}")
+    fewest = gbs // (sizes[-1] * max(1, cluster.world_size))
+    if fewest > MAX_MICROBATCHES:
+        raise HetplanError(f"global batch {gbs} needs at least {fewest:,} micro-batches per "
+                           f"pipeline on {cluster.world_size} GPUs at micro-batch {sizes[-1]}, "
+                           f"above hetplan's limit of {limit_text(MAX_MICROBATCHES)}; lower "
+                           "--global-batch")
     wanted = tuple(dict.fromkeys(schedules or SCHEDULES))
     for s in wanted:
         if s not in ("1f1b", "gpipe", "interleaved"):

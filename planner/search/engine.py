@@ -27,6 +27,7 @@ from planner.costing.estimate import estimate
 from planner.costing.framework import DEFAULT_FRAMEWORK, Framework
 from planner.costing.result import Estimate
 from planner.errors import HetplanError
+from planner.limits import MAX_MICROBATCHES
 from planner.schema import Plan
 from planner.search.assemble import PLACEMENTS, PipelineClass, build_plan
 from planner.search.bounds import layer_bound
@@ -248,6 +249,8 @@ class Search:
             m_hi, m_lo = -(-total_mb // blocks), total_mb // blocks
         else:
             m_hi = m_lo = microbatches
+        if m_hi > MAX_MICROBATCHES:  # more than a plan may hold (planner.limits)
+            return []
         p_all = d if pipelines is None else pipelines
         top_unit = max(self.cluster.groups[g].gpus_per_node for g in island)
         unit = 1
