@@ -13,10 +13,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("planner", "cost_models")
 
-NOT_IMPORTED = {
-    "ortools": "declared for a CP-SAT search; whether it stays is the search work's decision "
-               "(docs/ARCHITECTURE.md: Search)",
-}
+# Declared but never imported, each with why it stays (none today: ortools went when the
+# search certified its bounds without it, docs/search.md).
+NOT_IMPORTED: dict[str, str] = {}
 
 
 def _declared() -> list[str]:
