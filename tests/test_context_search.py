@@ -17,8 +17,7 @@ from planner.graph.spec import ModelSpec
 from planner.schema import Plan
 from planner.search import plan
 from planner.search.tables import cp_degrees
-
-RECOMPUTE = ("none", "selective", "full")
+from tests.brute_space import pipelines, splits
 
 
 @cache
@@ -39,27 +38,6 @@ def _cluster(graph, activations_gib: float):
     return dataclasses.replace(c, groups=tuple(
         dataclasses.replace(g, gpu=dataclasses.replace(g.gpu, memory_gib=mem))
         for g in c.groups))
-
-
-def _pipelines(n: int, budget: int):
-    for s_count in range(1, n + 1):
-        for cuts in itertools.combinations(range(1, n), s_count - 1):
-            bounds = (0, *cuts, n)
-            for tps in itertools.product((1, 2, 4), repeat=s_count):
-                if sum(tps) > budget:
-                    continue
-                for rcs in itertools.product(RECOMPUTE, repeat=s_count):
-                    yield [(bounds[k], bounds[k + 1], tps[k], rcs[k]) for k in range(s_count)]
-
-
-def _splits(total: int, parts: int, least: int):
-    if parts == 1:
-        if total >= least:
-            yield (total,)
-        return
-    for first in range(least, total - least * (parts - 1) + 1):
-        for rest in _splits(total - first, parts - 1, least):
-            yield (first, *rest)
 
 
 def _plan(gpu: str, gbs: int, b: int, pipe, cp: int, counts) -> Plan:
@@ -87,8 +65,8 @@ def _brute_force(graph, cluster, gbs: int, sizes=(1, 2)) -> tuple[float, int]:
             blocks = d // cp
             if d % cp or blocks > total:
                 continue
-            for pipe in _pipelines(n, 4 // d):
-                for split in _splits(total, blocks, len(pipe)):
+            for pipe in pipelines(n, 4 // d):
+                for split in splits(total, blocks, len(pipe)):
                     counts = [m for m in split for _ in range(cp)]
                     est = estimate(graph, cluster, _plan(gpu, gbs, b, pipe, cp, counts))
                     if est.feasible and est.iteration_time_s < best:

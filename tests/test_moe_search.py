@@ -17,8 +17,7 @@ from planner.graph.extract import extract
 from planner.graph.spec import ModelSpec
 from planner.schema import Plan
 from planner.search import plan
-
-RECOMPUTE = ("none", "selective", "full")
+from tests.brute_space import pipelines, splits
 
 
 @cache
@@ -39,27 +38,6 @@ def _cluster(graph, fraction: float):
     return dataclasses.replace(c, groups=tuple(
         dataclasses.replace(g, gpu=dataclasses.replace(g.gpu, memory_gib=mem))
         for g in c.groups))
-
-
-def _pipelines(n: int, budget: int):
-    for s_count in range(1, n + 1):
-        for cuts in itertools.combinations(range(1, n), s_count - 1):
-            bounds = (0, *cuts, n)
-            for tps in itertools.product((1, 2, 4), repeat=s_count):
-                if sum(tps) > budget:
-                    continue
-                for rcs in itertools.product(RECOMPUTE, repeat=s_count):
-                    yield [(bounds[k], bounds[k + 1], tps[k], rcs[k]) for k in range(s_count)]
-
-
-def _splits(total: int, parts: int, least: int):
-    if parts == 1:
-        if total >= least:
-            yield (total,)
-        return
-    for first in range(least, total - least * (parts - 1) + 1):
-        for rest in _splits(total - first, parts - 1, least):
-            yield (first, *rest)
 
 
 def _plan(gpu: str, gbs: int, b: int, pipe, eps, counts) -> Plan:
@@ -85,14 +63,14 @@ def _brute_force(graph, cluster, gbs: int, sizes=(1, 2)) -> tuple[float, int]:
         total = gbs // b
         for d in (1, 2, 4):
             eps_ok = [e for e in (1, 2, 4) if d % e == 0 and (e == 1 or total % d == 0)]
-            for pipe in _pipelines(n, 4 // d):
+            for pipe in pipelines(n, 4 // d):
                 if len(pipe) * d > total * d or total < d:
                     continue
                 for eps in itertools.product(eps_ok, repeat=len(pipe)):
                     even = max(eps) > 1
-                    splits = ([(total // d,) * d] if even else
-                              list(_splits(total, d, len(pipe))))
-                    for counts in splits:
+                    shares = ([(total // d,) * d] if even else
+                              list(splits(total, d, len(pipe))))
+                    for counts in shares:
                         if min(counts) < len(pipe):
                             continue
                         est = estimate(graph, cluster, _plan(gpu, gbs, b, pipe, eps, counts))

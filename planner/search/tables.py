@@ -122,15 +122,21 @@ def ep_degrees(graph: LayerGraph) -> tuple[int, ...]:
     return tuple(out)
 
 
-def ep_link(cluster: Cluster, group_index: int, tp: int, ep: int) -> Link | None:
-    """The all-to-all link of an ep-block of TP groups packed onto nodes in order (the
-    `replica` placement): inside one node when ep × tp GPUs fit in it."""
-    if ep <= 1:
-        return None
+def _block_nodes(cluster: Cluster, group_index: int, tp: int, size: int) -> list[Node]:
+    """The nodes of a block of `size` TP groups packed onto nodes in order (the `replica`
+    placement): one node when size × tp GPUs fit in it."""
     group = cluster.groups[group_index]
     gpn = group.gpus_per_node
-    nodes = [Node(name=f"_{k * tp // gpn}", group=group, index=k * tp // gpn)
-             for k in range(ep)]
+    return [Node(name=f"_{k * tp // gpn}", group=group, index=k * tp // gpn)
+            for k in range(size)]
+
+
+def ep_link(cluster: Cluster, group_index: int, tp: int, ep: int) -> Link | None:
+    """The all-to-all link of an ep-block (inside one node when ep × tp GPUs fit in it)."""
+    if ep <= 1:
+        return None
+    nodes = _block_nodes(cluster, group_index, tp, ep)
+    gpn = cluster.groups[group_index].gpus_per_node
     return a2a_link(nodes, {n.name: gpn for n in nodes}, cluster.latency_us * 1e-6)
 
 
@@ -143,14 +149,11 @@ def cp_degrees(graph: LayerGraph) -> tuple[int, ...]:
 
 
 def cp_link(cluster: Cluster, group_index: int, tp: int, cp: int) -> Link | None:
-    """The K/V ring's link of a cp-block of TP groups packed onto nodes in order (the
-    `replica` placement): inside one node when cp × tp GPUs fit in it."""
+    """The K/V ring's link of a cp-block (inside one node when cp × tp GPUs fit in it)."""
     if cp <= 1:
         return None
-    group = cluster.groups[group_index]
-    gpn = group.gpus_per_node
-    nodes = [Node(name=f"_{k * tp // gpn}", group=group, index=k * tp // gpn)
-             for k in range(cp)]
+    nodes = _block_nodes(cluster, group_index, tp, cp)
+    gpn = cluster.groups[group_index].gpus_per_node
     return cp_ring_link(nodes, {n.name: gpn for n in nodes}, cluster.latency_us * 1e-6)
 
 
