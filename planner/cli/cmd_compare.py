@@ -1,4 +1,5 @@
-"""`hetplan compare MODEL CLUSTER... [--global-batch N] [--tokens T] [--json] [--plot out.png]`.
+"""`hetplan compare MODEL CLUSTER... [--global-batch N] [--tokens T] [--objective throughput|cost]
+[--budget-usd-per-hour X] [--schedule S] [--micro-batch B] [--json] [--plot out.png]`.
 
 Plans the model on each cluster (`planner.search.plan`, costed by `planner.estimate`) and ranks
 them by tokens/s, with cost per hour, per million tokens, and to train T tokens.
@@ -25,6 +26,7 @@ from planner.cli.options import (
 )
 from planner.cli.output import console, print_json, wide_console
 from planner.cli.progress import spinner
+from planner.errors import HetplanError
 from planner.limits import MAX_GLOBAL_BATCH
 
 __all__ = ["compare", "duration"]
@@ -52,6 +54,14 @@ def compare(
     objective: Annotated[str, typer.Option(
         "--objective", help="What each cluster's plan optimises: throughput | cost.")
     ] = "throughput",
+    budget_usd_per_hour: Annotated[float | None, typer.Option(
+        "--budget-usd-per-hour", help="Each cluster's plan costs at most this.")] = None,
+    schedule: Annotated[list[str] | None, typer.Option(
+        "--schedule", help="Search only these schedules (repeat or comma-separate): 1f1b, "
+        "gpipe, interleaved. Default: all three.")] = None,
+    micro_batch: Annotated[list[str] | None, typer.Option(
+        "--micro-batch", help="Micro-batch sizes to search (repeat or comma-separate).")
+    ] = None,
     plot: Annotated[Path | None, typer.Option(
         "--plot", help="Throughput vs $ per 1M tokens with the Pareto front (.png or .svg).")
     ] = None,
@@ -63,12 +73,18 @@ def compare(
 ) -> None:
     """Best plan of MODEL on each CLUSTER, ranked by throughput, with costs."""
     import planner
+    from planner.cli.cmd_plan import parse_micro_batches, parse_schedules
     from planner.costing.framework import framework_named
     from planner.report.compare import compare as run_compare
     from planner.report.compare import parse_tokens
     from planner.report.figure import check_figure_path
     from planner.report.pareto import draw_pareto
 
+    if objective not in ("throughput", "cost"):
+        raise HetplanError(f"--objective {objective!r}: use throughput or cost")
+    search_options = {"schedules": parse_schedules(schedule),
+                      "micro_batch_sizes": parse_micro_batches(micro_batch),
+                      "budget_usd_per_hour": budget_usd_per_hour}
     if plot is not None:
         check_figure_path(plot, "--plot")  # before planning every cluster, not after
     use_calibration(calibration)
@@ -84,7 +100,8 @@ def compare(
     with spinner(f"planning {_model_name(graph, model)} on {len(loaded)} cluster(s)",
                  enabled=not json_out):
         rows = run_compare(graph, loaded, global_batch_size=global_batch, tokens=train_tokens,
-                           objective=objective, framework=fw, profiles=measured)
+                           objective=objective, framework=fw, profiles=measured,
+                           search_options=search_options)
     if plot is not None:
         ok = [r for r in rows if r.feasible]
         draw_pareto([r.cluster for r in ok], [r.usd_per_million_tokens for r in ok],

@@ -1,10 +1,12 @@
 """`hetplan plan`: search the best plan for a model on a cluster.
 
     hetplan plan MODEL CLUSTER [-o plan.json] [--global-batch N] [--objective throughput|cost]
-                 [--budget-usd-per-hour X] [--top-k K] [--json]
+                 [--budget-usd-per-hour X] [--schedule 1f1b,gpipe,interleaved]
+                 [--micro-batch 1,2,4] [--top-k K] [--json]
 
 Prints the winner's stages (GPU type and count, TP, layers, forward/backward ms, peak memory
-against capacity), its iteration time, tokens/s, MFU and cost, then the runners-up. A
+against capacity), its iteration time, tokens/s, MFU and cost, then the runners-up, then the
+certificate: proven optimal, or the gap to a lower bound no plan beats. A
 progress bar appears when the search runs for more than a second (never with --json).
 """
 
@@ -35,7 +37,7 @@ from planner.errors import HetplanError
 from planner.limits import MAX_GLOBAL_BATCH
 from planner.outfile import check_output
 
-__all__ = ["plan"]
+__all__ = ["parse_micro_batches", "parse_schedules", "plan"]
 
 _BAR_AFTER_S = 1.0
 
@@ -115,6 +117,42 @@ def _shape(plan: Any) -> str:
     return "; ".join(f"{v} pipeline{'s' if v > 1 else ''}: {k}" for k, v in shapes.items())
 
 
+def _items(values: list[str] | None) -> list[str]:
+    return [x.strip() for v in values or () for x in v.split(",") if x.strip()]
+
+
+def parse_schedules(values: list[str] | None) -> tuple[str, ...] | None:
+    """`--schedule` values (repeated or comma-separated); None: the default space."""
+    out = _items(values)
+    for s in out:
+        if s not in ("1f1b", "gpipe", "interleaved"):
+            raise HetplanError(f"--schedule {s!r}: use 1f1b, gpipe or interleaved")
+    return tuple(dict.fromkeys(out)) or None
+
+
+def parse_micro_batches(values: list[str] | None) -> tuple[int, ...] | None:
+    """`--micro-batch` values (repeated or comma-separated positive integers)."""
+    out = []
+    for v in _items(values):
+        if not v.isdigit() or int(v) < 1:
+            raise HetplanError(f"--micro-batch {v!r}: give positive integers, e.g. "
+                               "--micro-batch 1,2,4")
+        out.append(int(v))
+    return tuple(dict.fromkeys(out)) or None
+
+
+def _optimality(s: Any) -> str:
+    """The certificate in words: proven optimal, or the gap to the lower bound."""
+    unit = "s/iteration" if s.objective == "throughput" else "$ per 1M tokens"
+    if s.exact:
+        return f"optimal: meets the lower bound {s.lower_bound:.6g} {unit}"
+    if s.gap_pct is None:
+        return "optimality gap unknown (no lower bound for this objective; see --json notes)"
+    return (f"gap {s.gap_pct:.1f} %: no plan beats the lower bound {s.lower_bound:.6g} {unit}; "
+            f"a better plan, if any, is at most {s.gap_pct:.1f} % better (reductions: --json "
+            "notes)")
+
+
 @app.command()
 def plan(
     model: Annotated[str, typer.Argument(help="Model: zoo name, YAML or config.json.")],
@@ -132,6 +170,12 @@ def plan(
         help="Only plans whose GPUs cost at most this.")] = None,
     top_k: Annotated[int, typer.Option("--top-k", min=1, max=1000,
         help="Alternatives to list.")] = 5,
+    schedule: Annotated[list[str] | None, typer.Option(
+        "--schedule", help="Search only these schedules (repeat or comma-separate): 1f1b, "
+        "gpipe, interleaved. Default: all three.")] = None,
+    micro_batch: Annotated[list[str] | None, typer.Option(
+        "--micro-batch", help="Micro-batch sizes to search (repeat or comma-separate). "
+        "Default: 1, 2, 4, 8 where they divide the global batch.")] = None,
     sequence_parallel: Annotated[bool, typer.Option(
         "--sequence-parallel", help="Plan with Megatron sequence parallelism.")] = False,
     framework: FrameworkOption = None,
@@ -150,6 +194,8 @@ def plan(
 
     if objective not in ("throughput", "cost"):
         raise HetplanError(f"--objective {objective!r}: use throughput or cost")
+    schedules = parse_schedules(schedule)
+    sizes = parse_micro_batches(micro_batch)
     if top_k < 1:
         raise HetplanError(f"--top-k {top_k}: must be at least 1")
     if output:
@@ -165,7 +211,7 @@ def plan(
         result = search(m, cl, global_batch_size=global_batch, objective=objective,
                         budget_usd_per_hour=budget_usd_per_hour, top_k=top_k,
                         sequence_parallel=sequence_parallel, progress=bar, framework=fw,
-                        profiles=measured)
+                        profiles=measured, schedules=schedules, micro_batch_sizes=sizes)
     finally:
         if bar is not None:
             bar.close()
@@ -198,7 +244,7 @@ def plan(
         console.print(alt)
     s = result.stats
     console.print(f"searched {s.shapes} shapes ({s.shapes_pruned} pruned by the lower bound), "
-                  f"{s.programs} programs, {s.costed} plans re-costed, {s.seconds:.2f} s"
-                  + ("" if s.exact else " (reduced space for some shapes; see --json)"))
+                  f"{s.programs} programs, {s.costed} plans re-costed, {s.seconds:.2f} s")
+    console.print(_optimality(s))
     if output:
         console.print(f"plan written to {output}")

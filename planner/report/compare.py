@@ -134,10 +134,13 @@ def plan_row(name: str, cluster: Cluster, plan: Plan, est: Any,
 def best_row(model: Any, name: str, cluster: Cluster, *, global_batch_size: int | None = None,
              tokens: float | None = None, objective: str = "throughput",
              framework: Framework = DEFAULT_FRAMEWORK,
-             profiles: ProfileSet | None = None) -> CompareRow:
+             profiles: ProfileSet | None = None,
+             search_options: dict[str, Any] | None = None) -> CompareRow:
     """Search the best plan on one cluster and estimate it; infeasible becomes a row too.
     `framework`: the runtime both price (default: hetplan's); `profiles`: measured layer
-    times (default: the shipped profile files)."""
+    times (default: the shipped profile files); `search_options`: more keyword arguments
+    for `planner.search.plan` (schedules, micro_batch_sizes, budget_usd_per_hour; None
+    values are left out)."""
     from planner.costing import estimate
     from planner.search import plan as search_plan
 
@@ -145,6 +148,7 @@ def best_row(model: Any, name: str, cluster: Cluster, *, global_batch_size: int 
                               "profiles": profiles}
     if global_batch_size is not None:
         kwargs["global_batch_size"] = global_batch_size
+    kwargs.update({k: v for k, v in (search_options or {}).items() if v is not None})
     try:
         best = search_plan(model, cluster, **kwargs).best
     except InfeasibleError as exc:
@@ -164,11 +168,12 @@ def rank_rows(rows: Sequence[CompareRow]) -> list[CompareRow]:
 def compare(model: Any, clusters: Sequence[tuple[str, Cluster]], *,
             global_batch_size: int | None = None, tokens: float | None = None,
             objective: str = "throughput", framework: Framework = DEFAULT_FRAMEWORK,
-            profiles: ProfileSet | None = None) -> list[CompareRow]:
+            profiles: ProfileSet | None = None,
+            search_options: dict[str, Any] | None = None) -> list[CompareRow]:
     """Best plan per cluster, ranked by tokens/s."""
     return rank_rows([best_row(model, name, c, global_batch_size=global_batch_size,
                                tokens=tokens, objective=objective, framework=framework,
-                               profiles=profiles)
+                               profiles=profiles, search_options=search_options)
                       for name, c in clusters])
 
 

@@ -19,7 +19,7 @@ import numpy as np
 
 from planner.search.tables import OptionCosts
 
-__all__ = ["LayerBound", "layer_bound"]
+__all__ = ["LayerBound", "budget_gpus", "cost_floor_usd", "layer_bound"]
 
 
 class LayerBound:
@@ -30,7 +30,7 @@ class LayerBound:
         self.c = np.stack([per_layer[g] for g in self.groups])  # (groups, layers)
         self.total = self.c.sum(axis=1)
 
-    def iteration_s(self, microbatches: int, gpus: Mapping[int, int]) -> float:
+    def iteration_s(self, microbatches: int, gpus: Mapping[int, float]) -> float:
         """Lower bound on the time of `microbatches` micro-batches on at most `gpus` per group."""
         rows = [k for k, g in enumerate(self.groups) if gpus.get(g, 0) > 0]
         if not rows:
@@ -49,3 +49,51 @@ def layer_bound(options: Sequence[OptionCosts]) -> LayerBound:
         diag = np.where(np.isfinite(diag), diag, np.inf)
         per[c.group] = diag if c.group not in per else np.minimum(per[c.group], diag)
     return LayerBound(per)
+
+
+def cost_floor_usd(options: Sequence[OptionCosts], prices: Sequence[float | None],
+                   microbatches: int) -> float | None:
+    """Least $ any plan spends on `microbatches` micro-batches (None without every price).
+
+    A plan pays price_g per second for each GPU of group g it uses, for the whole iteration,
+    and a GPU is paid at least while it computes; so the bill is at least
+    M · Σ_l min_g price_g · c[l, g] / 3600, whichever GPUs the plan leaves idle.
+    """
+    per: dict[int, np.ndarray] = {}
+    for c in options:
+        diag = np.diagonal(c.time_s[0], offset=1) * c.tp * c.cp  # as in layer_bound
+        diag = np.where(np.isfinite(diag), diag, np.inf)
+        per[c.group] = diag if c.group not in per else np.minimum(per[c.group], diag)
+    if any(prices[g] is None for g in per):
+        return None
+    rows = np.stack([per[g] * float(prices[g]) for g in sorted(per)])  # type: ignore[arg-type]
+    return float(microbatches * rows.min(axis=0).sum() / 3600.0)
+
+
+def budget_gpus(bound: LayerBound, gpus: Sequence[int], prices: Sequence[float | None],
+                budget_usd_per_hour: float | None) -> dict[int, float]:
+    """The GPUs (fractional) that maximise Σ U_g·w_g within the budget: the LP relaxation of
+    which GPUs a plan under the budget may use, so the layer bound with them holds for every
+    such plan. Free or unpriced groups count whole (unpriced ones can never be under a
+    budget, so counting them only loosens the bound)."""
+    if budget_usd_per_hour is None:
+        return {g: float(k) for g, k in enumerate(gpus)}
+    w = dict(zip(bound.groups, 1.0 / bound.total, strict=True))
+    out: dict[int, float] = {}
+    left = budget_usd_per_hour
+    priced = []
+    for g, k in enumerate(gpus):
+        p = prices[g]
+        if p is None:
+            continue  # a plan using it has no price, so no plan under a budget uses it
+        if p <= 0:
+            out[g] = float(k)
+        else:
+            priced.append((-w.get(g, 0.0) / p, g, k, p))
+    for _, g, k, p in sorted(priced):  # fractional knapsack: best value per dollar first
+        take = min(float(k), left / p)
+        if take <= 0:
+            break
+        out[g] = take
+        left -= take * p
+    return out

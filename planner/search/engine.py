@@ -103,6 +103,7 @@ class Search:
         self.gbs, self.objective, self.budget = gbs, objective_name, budget
         self.sp, self.profiles, self.progress = sequence_parallel, profiles, progress
         self.framework = framework
+        self.allowed: tuple[str, ...] = ("1f1b", "gpipe", "interleaved")
         self.n = len(graph.layers)
         self.latency_s = cluster.latency_us * 1e-6
         self.gpus = [g.gpus for g in cluster.groups]
@@ -126,6 +127,9 @@ class Search:
         self.skipped_mixed = 0
         self.coarse = 0
         self.max_caps = 48 if small else 1
+        # Cost and budgets pay per GPU used: every GPU count is a candidate, not only the
+        # fastest pipeline's, and fewer replicas of the same pipeline are kept.
+        self.pays_per_gpu = objective_name == "cost" or budget is not None
         self.near = _NEAR if small else 0.0
 
     def options(self, b: int) -> list[OptionCosts]:
@@ -166,6 +170,15 @@ class Search:
             devices.append((c.group, c.tp, c.ep, c.cp))
         return chosen, devices
 
+    def score(self, time_s: float, gpus: dict[int, int]) -> float:
+        """What candidates are ordered by before the estimate judges: the program's time, or
+        for the cost objective time × $/h of the GPUs used (∝ $ per token)."""
+        if self.objective != "cost":
+            return time_s
+        if any(self.prices[g] is None for g, k in gpus.items() if k):
+            return math.inf
+        return time_s * sum(self.prices[g] * k for g, k in gpus.items())
+
     def price_ok(self, gpus: dict[int, int]) -> bool:
         if self.budget is None:
             return True
@@ -191,7 +204,7 @@ class Search:
             for d in range(1, top + 1):
                 budgets = {g: self.gpus[g] // d for g in island}
                 cps = tuple(cp for cp in self.cps if d % cp == 0 and d // cp <= total_mb)
-                if not self.small and d < top and all(
+                if not self.small and not self.pays_per_gpu and d < top and all(
                         self.gpus[g] // (d + 1) == k for g, k in budgets.items()):
                     # More replicas of the same pipelines: kept only in exhaustive mode (a
                     # cp > 1 shape has no such twin: d + 1 replicas make other blocks).
@@ -246,7 +259,7 @@ class Search:
             options, devices = self.island_options(opts, island, p_all, p_all, unit,
                                                    d if even else 1, cp)
             states = math.prod(k // unit + 1 for k in budgets)
-            depth = min(self.n, m_lo, sum(k // unit for k in budgets))
+            depth = min(self.n, sum(k // unit for k in budgets))
             work = self.n * self.n * depth * states * max(len(options), 1)
             too_big = (states > _MAX_USAGE_STATES and len(island) > 1) or (
                 not self.small and work > _MAX_WORK)
@@ -262,7 +275,7 @@ class Search:
             self.coarse += 1
         temps = solve(options, tuple(k // unit for k in budgets), self.n, m_hi, schedule, p_all,
                       min_m=m_lo, max_caps=self.max_caps, near=self.near,
-                      fits=self.fits)
+                      fits=self.fits, per_usage=self.pays_per_gpu)
         self.programs += 1
         out = []
         for t in temps:
@@ -294,7 +307,8 @@ class Search:
             blocks = d // cp  # a cp-block's pipelines all run its block's micro-batches
             counts = tuple(total_mb // blocks + (1 if r // cp < total_mb % blocks else 0)
                            for r in range(d))
-            fresh = [(objective(cls.template, -(-total_mb // blocks)),
+            fresh = [(self.score(objective(cls.template, -(-total_mb // blocks)),
+                                 {island[s]: d * u for s, u in enumerate(cls.template.usage)}),
                       (b, schedule, island, d, cp, cls.template.key()), b, schedule, (cls,),
                       counts)
                      for cls in classes]
@@ -351,7 +365,7 @@ class Search:
                 full = (b, schedule, key)
                 if full not in seen and self.price_ok(gpus):
                     seen.add(full)
-                    new.append((score, full, b, schedule, combo, counts))
+                    new.append((self.score(score, gpus), full, b, schedule, combo, counts))
         raw.extend(new)
         return new
 
@@ -361,6 +375,8 @@ class Search:
             return
         for entry in sorted(entries, key=lambda r: (r[0], repr(r[1])))[:2]:
             for plan in self.plans(entry)[:1]:
+                if plan.schedule not in self.allowed:
+                    continue  # only a plan of the space asked for may prune it
                 est = estimate(self.graph, self.cluster, plan, profiles=self.profiles,
                                framework=self.framework)
                 if est.feasible:

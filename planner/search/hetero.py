@@ -59,8 +59,8 @@ def _split(combo: Sequence[PipelineClass], total_mb: int, schedule: str):
     pipes = []
     for cls in combo:
         t = cls.template
-        min_m = len(t.stages) if schedule != "gpipe" else 1
-        pipes.extend([(t.sum_s - t.max_time_s, t.max_time_s, min_m)] * cls.replicas)
+        # Every pipeline needs one micro-batch (1F1B with m < S is legal).
+        pipes.extend([(t.sum_s - t.max_time_s, t.max_time_s, 1)] * cls.replicas)
     counts = split_microbatches(total_mb, pipes)
     if counts is None:
         return None, None

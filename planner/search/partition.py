@@ -109,7 +109,10 @@ class _Program:
         for opt in options:
             min_units[opt.slot] = min(min_units.get(opt.slot, opt.units), opt.units)
         most = sum(budgets[s] // u for s, u in min_units.items())
-        self.s_max = min(n, most, min_m if schedule != "gpipe" else n)
+        # Plain 1F1B with fewer micro-batches than stages is legal (Megatron's warm-up is
+        # min(S - s - 1, m)), and its time is still Σ (t + 2·send) + (m − 1)·max t; so the
+        # stage count is bounded by the layers and GPUs only, under every schedule.
+        self.s_max = min(n, most)
         # Per option and stage position k: weight, time + 2·send (both indexed [end j,
         # start i]: the program takes its min over j, and numpy reduces the leading axis of a
         # C-order array about twice as fast as a middle one) and the finite box of every
@@ -253,6 +256,30 @@ class _Program:
                 rec(k, 0, int(u), 0.0, [])
         return out
 
+    def best_upto(self, k_max: int, cap: float, minmax: bool) -> Template | None:
+        """From the values of the last `run`: the best pipeline of at most k_max stages (the
+        programs allow more stages than micro-batches, which the closed form's tail term can
+        favour while the event simulation does not; so the old space's best is kept too)."""
+        best_val, best_k, best_u = np.inf, -1, -1
+        for k in range(1, min(k_max, len(self.values) - 1) + 1):
+            row = self.values[k][0]
+            u = int(np.argmin(row))
+            if row[u] < best_val:
+                best_val, best_k, best_u = float(row[u]), k, u
+        return None if best_k < 0 else self._trace(best_k, best_u, cap, minmax)
+
+    def per_usage(self, cap: float, minmax: bool) -> list[Template]:
+        """From the values of the last `run`: the best pipeline ending in each usage state
+        (every GPU count a pipeline may draw), for objectives that pay per GPU used."""
+        out = []
+        rows = np.stack([v[0] for v in self.values[1:]]) if len(self.values) > 1 else None
+        if rows is None:
+            return out
+        ks = np.argmin(rows, axis=0)
+        for u in np.nonzero(np.isfinite(rows.min(axis=0)))[0]:
+            out.append(self._trace(int(ks[u]) + 1, int(u), cap, minmax))
+        return out
+
     def _template(self, path: list[tuple[int, int, int, int]]) -> Template:
         stages, usage = [], np.zeros(len(self.dims), dtype=int)
         for i, j, o, k in path:
@@ -299,7 +326,7 @@ def objective(t: Template, m: int) -> float:
 def solve(options: Sequence[Option], budgets: tuple[int, ...], n: int, m: int, schedule: str,
           zero_dp: int, *, min_m: int | None = None, max_caps: int = _MAX_CAPS,
           near: float = 0.0, near_limit: int = 256, fits: dict | None = None,
-          ) -> list[Template]:
+          per_usage: bool = False) -> list[Template]:
     """The best pipeline for this shape, plus the runners-up met on the way (for re-costing).
 
     `m` micro-batches weight the max term and set the in-flight memory; `min_m` (default m)
@@ -313,6 +340,13 @@ def solve(options: Sequence[Option], budgets: tuple[int, ...], n: int, m: int, s
     first = prog.run(np.inf, minmax=True)
     if first is None:
         return []
+    # `per_usage` (cost objectives, budgets): also the best pipeline of every GPU count,
+    # under the min-max and under the tight cap, since a smaller one may cost less per token.
+    extra = prog.per_usage(np.inf, True) if per_usage else []
+    k_old = (m if min_m is None else min_m) if schedule != "gpipe" else n
+    if k_old < prog.s_max:
+        few = prog.best_upto(k_old, np.inf, True)
+        extra += [few] if few is not None else []
     w0 = max((m - 1) * s.time_s + s.tail_s for s in first.stages)
     if max_caps <= 1:
         # Fast mode: the least sum under the smallest feasible cap only.
@@ -320,11 +354,25 @@ def solve(options: Sequence[Option], budgets: tuple[int, ...], n: int, m: int, s
         found = {first.key(): first}
         if tight is not None:
             found.setdefault(tight.key(), tight)
+            if k_old < prog.s_max:
+                few = prog.best_upto(k_old, w0, False)
+                extra += [few] if few is not None else []
+            if per_usage:
+                extra += prog.per_usage(w0, False)
+        for t in extra:
+            found.setdefault(t.key(), t)
         return sorted(found.values(), key=lambda t: (objective(t, m), t.key()))
     free = prog.run(np.inf)
     assert free is not None
     sum_lb = free.sum_s
     found = {first.key(): first, free.key(): free}
+    if per_usage:
+        extra += prog.per_usage(np.inf, False)
+    if k_old < prog.s_max:
+        few = prog.best_upto(k_old, np.inf, False)
+        extra += [few] if few is not None else []
+    for t in extra:
+        found.setdefault(t.key(), t)
     best = min(objective(first, m), objective(free, m))
     caps = prog.caps()
     caps = caps[(caps >= w0) & (caps <= best - sum_lb)]

@@ -25,14 +25,30 @@ class SearchStats:
     """Candidates re-costed with `estimate` (the judge of the final ranking)."""
     seconds: float
     exact: bool
-    """False when some shape was searched in a reduced space (see `notes`)."""
+    """True only when proven: the plan meets the certified lower bound. Otherwise the true
+    optimum lies between `lower_bound` and the plan, and `notes` name the reductions that may
+    have lost a better plan."""
     notes: tuple[str, ...] = ()
+    objective: str = "throughput"
+    lower_bound: float | None = None
+    """No plan of the space does better: seconds per iteration (objective throughput) or $
+    per million tokens (objective cost); None when it cannot be stated (cost without prices)."""
+    gap_pct: float | None = None
+    """100 · (best − lower_bound) / best: a better plan, if one exists, is at most this much
+    faster (or cheaper)."""
+
+    @property
+    def bound_unit(self) -> str:
+        return "s" if self.objective == "throughput" else "$/1M tokens"
 
     def to_dict(self) -> dict[str, Any]:
         return {"shapes": self.shapes, "shapes_pruned": self.shapes_pruned,
                 "programs": self.programs, "candidates": self.candidates,
                 "costed": self.costed, "seconds": round(self.seconds, 3),
-                "exact": self.exact, "notes": list(self.notes)}
+                "exact": self.exact, "objective": self.objective,
+                "lower_bound": self.lower_bound, "lower_bound_unit": self.bound_unit,
+                "gap_pct": None if self.gap_pct is None else round(self.gap_pct, 4),
+                "notes": list(self.notes)}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
