@@ -101,3 +101,11 @@ def test_an_ep2_checkpoint_resumes_at_ep1(tmp_path: Path) -> None:
     assert len(experts) == 3 * 3 * 3 * 4
     for name, item in experts.items():
         assert len(item.chunks) == 1 and tuple(item.chunks[0].sizes) == tuple(item.size), name
+
+
+def test_ep_gradient_clipping_counts_each_expert_once() -> None:
+    # Global-norm clipping below the model's norm: each expert's gradient, held by 2 of the 4
+    # ranks, must enter the norm once (as clip_grad_norm_ on the one-process model).
+    from tests.test_runtime_dist import _check
+
+    _check(_plan(4, 2, zero1=False), "tiny-moe", max_grad_norm=0.1)
