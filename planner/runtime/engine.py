@@ -19,7 +19,14 @@ from planner.models.chain import Embedding
 from planner.models.moe import MoE
 from planner.runtime.comm import Channel, MessageId, make_groups
 from planner.runtime.context import ContextShard, cp_group, cp_groups, shard_sequence
-from planner.runtime.experts import ExpertParallel, ep_group, ep_groups
+from planner.runtime.experts import (
+    ExpertParallel,
+    drop_remote_experts,
+    ep_group,
+    ep_groups,
+    ep_position,
+    expert_rules,
+)
 from planner.runtime.fsdp import fsdp_groups, fsdp_layout, fsdp_mesh, shard_elements
 from planner.runtime.grads import clip_grad_norm, local_tensor, sync_gradients, sync_rules
 from planner.runtime.scaler import LossScaler
@@ -90,18 +97,23 @@ def _agree(value: Any, what: str) -> None:
         raise HetplanError(f"torch ranks 0 and {bad} disagree on {what}")
 
 
-def _expert_parallel(block: Any, plan: Plan, ch: Chunk, rank: int,
+def _expert_parallel(block: Any, plan: Plan, ch: Chunk, rank: int, to_torch: dict[int, int],
                      groups: dict[tuple[int, ...], dist.ProcessGroup]) -> None:
-    """Route a mixture-of-experts block's experts over its stage's ep-group (experts.py)."""
+    """Route a mixture-of-experts block's experts over its stage's ep-group and drop the
+    experts other members hold (experts.py); before the block is moved or split over TP."""
     members = ep_group(plan, ch.pipeline, ch.index, rank)
     if members is None:
         return
-    for m in block.modules():
-        if isinstance(m, MoE):
-            if m.num_experts % len(members):
-                raise HetplanError(f"pipelines.{ch.pipeline}.stages.{ch.index}: ep "
-                                   f"{len(members)} does not divide {m.num_experts} experts")
-            m.dispatch = ExpertParallel(groups[members], len(members))
+    index = ep_position(plan, ch.pipeline, ch.index, rank, to_torch)
+    for m in [m for m in block.modules() if isinstance(m, MoE)]:
+        if m.num_experts % len(members):
+            raise HetplanError(f"pipelines.{ch.pipeline}.stages.{ch.index}: ep "
+                               f"{len(members)} does not divide {m.num_experts} experts")
+        m.dispatch = ExpertParallel(groups[members], len(members))
+        if m.dispatch.index != index:  # the holders (expert_rules) assume this order
+            raise HetplanError(f"pipelines.{ch.pipeline}.stages.{ch.index}: ep-group rank "
+                               f"{m.dispatch.index}, expected {index}")
+        drop_remote_experts(m, index, len(members))
 
 
 def _context_parallel(elems: list[Any], plan: Plan, ch: Chunk, rank: int, index: int,
@@ -153,7 +165,8 @@ class Runner:
         chain = chain_of(model)
         self.loss_fn = loss_of(model)
         key_of, elements = layout or param_keys(chain)
-        rules = sync_rules(plan, elements)
+        # Routed experts are held (and reduced) only where their ep position owns them.
+        rules = {**sync_rules(plan, elements), **expert_rules(plan, elements, to_torch)}
 
         # Collective: every rank creates every group in one order. Ranks that disagree on the
         # list (a model factory that differs between ranks) would hang in new_group instead.
@@ -193,6 +206,8 @@ class Runner:
             _context_parallel(elems, plan, ch, rank, view.cp_index, self.groups, shards)
             sp: set[int] = set()
             for i, (e, m) in enumerate(zip(range(*ch.layers), elems, strict=True)):
+                if 0 < e < last:
+                    _expert_parallel(m, plan, ch, rank, to_torch, self.groups)
                 m.to(device)
                 if e in (0, last) and mesh is not None:
                     split = apply_vocab_tp(m, "embedding" if e == 0 else "head", mesh,
@@ -206,7 +221,6 @@ class Runner:
                         elif plan.sequence_parallel and not self.notes:
                             self.notes.append(f"sequence_parallel: block {e} lacks attn_norm/"
                                               "attn/mlp_norm/mlp; such blocks run without SP")
-                    _expert_parallel(m, plan, ch, rank, self.groups)
                     apply_recompute(m, ch.recompute)
             self.chunks.append(ChunkModule(elems, frozenset(sp), mesh))
         # FSDP2 after TP and recompute (torchtitan's order); one FSDP module per element.
