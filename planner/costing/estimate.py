@@ -19,7 +19,7 @@ from functools import lru_cache
 from typing import Any
 
 from cost_models.compute import peak_tflops
-from cost_models.memory import GIB, inflight_microbatches
+from cost_models.memory import inflight_microbatches
 from cost_models.moe import DEFAULT_CAPACITY_FACTOR
 from cost_models.profiles import ProfileSet
 from planner.cluster.model import Cluster, Node
@@ -230,8 +230,8 @@ def _stage_row(plan: Plan, d: _Device, max_inflight: int, s_count: int,
         recompute_transient_bytes=max(c.recompute_transient_bytes for c in d.costs),
         recompute_s=sum(c.recompute_s for c in d.costs),
         expert_optimizer_bytes_per_gpu=sum(c.expert_optimizer_bytes_per_gpu for c in d.costs))
-    peak = stage_peak_memory_gib(merged, inflight, shard, zero, gathered, ep=d.ep,
-                                 fraction=keep)
+    memory = stage_memory(merged, inflight, shard, zero, gathered, ep=d.ep, fraction=keep)
+    peak = memory.total_gib
     sharded = (2 * (stage_peak_memory_gib(merged, inflight, shard, zero, gathered, ep=d.ep,
                                           fraction=1.0)
                     - stage_peak_memory_gib(merged, inflight, shard, zero, gathered, ep=d.ep,
@@ -243,11 +243,9 @@ def _stage_row(plan: Plan, d: _Device, max_inflight: int, s_count: int,
                         layers=(first.layers[0], last.layers[1]), fwd_ms=merged.fwd_s * 1e3,
                         bwd_ms=merged.bwd_s * 1e3, peak_memory_gib=peak,
                         memory_capacity_gib=gpu.memory_gib, sharded_gib=sharded,
-                        optimizer_gib=(merged.optimizer_bytes_per_gpu / shard if keep is None
-                                       else merged.optimizer_bytes_per_gpu * keep) / GIB,
+                        optimizer_gib=memory.optimizer_gib,  # experts' own sharding included
                         chunks=tuple(tuple(stages[j].layers) for j in d.chunks),
-                        memory=stage_memory(merged, inflight, shard, zero, gathered, ep=d.ep,
-                                            fraction=keep),
+                        memory=memory,
                         cp=d.cp)
     problem = None
     if peak > gpu.memory_gib:

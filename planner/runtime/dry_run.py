@@ -91,11 +91,22 @@ def shrink_plan(plan: Plan, max_ranks: int = 16) -> tuple[Plan, list[str]]:
     and (when it has more than max_ranks ranks) one pipeline of each distinct shape."""
     notes: list[str] = []
     keep = list(range(len(plan.pipelines)))
+    ep_cap = 0  # 0: every stage keeps its ep
     block = math.lcm(*(st.ep or 1 for pipe in plan.pipelines for st in pipe.stages),
                      *(plan.cp(p) for p in range(len(plan.pipelines))))
     if len(plan.ranks) > max_ranks and block > 1:
         # Expert- and context-parallel pipelines run in lockstep: keep the first whole block.
         used = len({r for pipe in plan.pipelines[:block] for st in pipe.stages for r in st.ranks})
+        cp_any = any(plan.cp(p) > 1 for p in range(len(plan.pipelines)))
+        while used > max_ranks and not cp_any and block > 2:
+            # An expert block too large to fork: run a smaller ep (a divisor, so it still
+            # divides the experts) and still check the all-to-all and the expert placement.
+            smaller = max(e for e in range(2, block) if block % e == 0)
+            notes.append(f"expert parallelism shrinks from ep {block} to ep {smaller} "
+                         f"(a block of {used} ranks is over --max-ranks {max_ranks})")
+            block = ep_cap = smaller
+            used = len({r for pipe in plan.pipelines[:block] for st in pipe.stages
+                        for r in st.ranks})
         if used > max_ranks:
             raise HetplanError(f"the first expert/context-parallel block (pipelines "
                                f"0..{block - 1}) "
@@ -126,7 +137,8 @@ def shrink_plan(plan: Plan, max_ranks: int = 16) -> tuple[Plan, list[str]]:
     data = plan.to_dict()
     data["pipelines"] = [
         {"microbatches": p.microbatches,
-         "stages": [{**st.model_dump(mode="json"), "ranks": [new[r] for r in st.ranks]}
+         "stages": [{**st.model_dump(mode="json"), "ranks": [new[r] for r in st.ranks],
+                     **({"ep": math.gcd(st.ep or 1, ep_cap)} if ep_cap else {})}
                     for st in p.stages]}
         for p in pipes]
     if pipes[0].shard_fraction is not None:
