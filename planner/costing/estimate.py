@@ -146,11 +146,13 @@ def estimate(model: Any, cluster: Cluster | None, plan: Plan, *,
                 and shard > 1 else None)  # None: even shards, 1 / shard
         opt = [sum(c.optimizer_step_s for c in d.costs) / shard if keep is None
                else sum(c.optimizer_step_s for c in d.costs) * keep for d in devs]
-        # ZeRO-3 prefetches each layer's gather during the previous layer's compute (FSDP,
-        # DeepSpeed stage 3): its traffic hides behind the device's whole compute.
+        # ZeRO-3 prefetches each layer's gather during the previous layer's compute, and
+        # ZeRO-2/3 reduce-scatter each micro-batch's gradients as its backward runs (FSDP2,
+        # DeepSpeed): their traffic hides behind the device's whole compute.
+        sharded = zero >= 2 and shard > 1
         exposed = [max(0.0, sync[p][d.index] - sum(c.fwd_s + c.bwd_s for c in d.costs)
-                       * (pipe.microbatches if zero >= 3 and shard > 1 else 1))
-                   if overlap_dp or (zero >= 3 and shard > 1) else sync[p][d.index]
+                       * (pipe.microbatches if sharded else 1))
+                   if overlap_dp or sharded else sync[p][d.index]
                    for d in devs]
         try:
             tl = _simulate(tuple(chunks), pipe.microbatches, plan.schedule, v, tuple(exposed),

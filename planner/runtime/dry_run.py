@@ -101,7 +101,9 @@ def shrink_plan(plan: Plan, max_ranks: int = 16) -> tuple[Plan, list[str]]:
         while used > max_ranks and not cp_any and block > 2:
             # An expert block too large to fork: run a smaller ep (a divisor, so it still
             # divides the experts) and still check the all-to-all and the expert placement.
-            smaller = max(e for e in range(2, block) if block % e == 0)
+            smaller = max((e for e in range(2, block) if block % e == 0), default=None)
+            if smaller is None:
+                break  # a prime ep: nothing smaller still splits the experts
             notes.append(f"expert parallelism shrinks from ep {block} to ep {smaller} "
                          f"(a block of {used} ranks is over --max-ranks {max_ranks})")
             block = ep_cap = smaller

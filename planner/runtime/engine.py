@@ -255,7 +255,9 @@ class Runner:
                      if plan.zero_stage and self.synced else None)
         self.optimizer = (self.zero.optimizer if self.zero is not None
                           else make_optimizer(own, optimizer, lr))
-        self.notes += _zero_notes(plan, fsdp, len(chain))
+        # A mesh torch's rank order cannot express leaves this rank's elements on ZeRO-1 too.
+        self.notes += _zero_notes(plan, fsdp if dp_mesh is not None or not mine else {},
+                                  len(chain))
 
         inbound: dict[int, list[MessageId]] = {}
         peers = {r for ch in view.chunks for c in (ch.index - 1, ch.index + 1)

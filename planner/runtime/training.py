@@ -224,7 +224,10 @@ def train(plan: Plan, *, steps: int, model_factory: Callable[[], Any] | None = N
             log(f"resumed from {meta['folder']} at step {start} ({consumed} samples)")
     if lr_schedule is not None and lr_schedule.min_lr is not None \
             and lr_schedule.decay_steps is None:
-        lr_schedule = replace(lr_schedule, decay_steps=start + steps)  # decay over this run
+        try:
+            lr_schedule = replace(lr_schedule, decay_steps=start + steps)  # decay over this run
+        except ValueError as exc:  # e.g. warm-up longer than the run: one line, not a trace
+            raise HetplanError(f"lr schedule over steps {start}..{start + steps}: {exc}") from None
     saved = {"model": plan.model, "plan": plan.to_dict(), "optimizer": optimizer,
              "lr_schedule": None if lr_schedule is None else lr_schedule.to_dict()}
     losses, times = [], []

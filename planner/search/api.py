@@ -210,6 +210,7 @@ def plan(model: Any, cluster: Any, *, global_batch_size: int | None = None,
     chosen = raw if small else raw[:max(_COST_TOP, 2 * top_k)]
     costed: list[tuple[tuple, Plan, Estimate]] = []
     seen: set[tuple] = set()
+    tied = any(layer.tied_params for layer in graph.layers)
 
     def consider(p: Plan) -> tuple[tuple, Estimate] | None:
         """Re-cost `p` once; keep it when feasible and within the budget."""
@@ -219,14 +220,17 @@ def plan(model: Any, cluster: Any, *, global_batch_size: int | None = None,
         seen.add(key)
         if p.schedule not in wanted:
             return None  # a schedule filter holds for every source of plans (seeds included)
-        if p.sequence_parallel and any(graph.seq_len % (st.tp * 2 * (st.cp or 1))
-                                       for pipe in p.pipelines for st in pipe.stages):
+        if p.sequence_parallel and any(
+                graph.seq_len % (st.tp * (2 * st.cp if (st.cp or 1) > 1 else 1))
+                for pipe in p.pipelines for st in pipe.stages):
             return None  # the runtime cannot slice this sequence over that TP (plan_check)
-        # The ZeRO stage (and uneven shard fractions) chosen by estimate (sharding.py).
+        # The ZeRO stage (and uneven shard fractions) chosen by estimate (sharding.py). Tied
+        # embedding/head weights stay whole under the runtime's FSDP2 (runtime/fsdp.py), which
+        # ZeRO-2/3 prices as sharded: a tied model is searched up to ZeRO-1.
+        max_zero = min(framework.max_zero, 1) if tied else framework.max_zero
         try:
             found = best_sharding(p, lambda q: estimate(graph, cluster, q, profiles=profiles,
-                                                        framework=framework),
-                                  framework.max_zero)
+                                                        framework=framework), max_zero)
         except HetplanError:
             return None  # a refinement move the estimate's rules refuse (e.g. Megatron's)
         if found is None:
@@ -271,7 +275,8 @@ def plan(model: Any, cluster: Any, *, global_batch_size: int | None = None,
     time_lb, usd_lb = bounds(search, sizes)
     best_est = top[0][2]
     if objective == "cost":
-        cert = certify(best_est.usd_per_million_tokens or math.inf, usd_lb)
+        usd = best_est.usd_per_million_tokens  # 0.0 is a real price (free GPUs), None is none
+        cert = certify(math.inf if usd is None else usd, usd_lb)
     else:
         cert = certify(best_est.iteration_time_s, time_lb)
     notes = () if cert.exact else _reduced_notes(search, wanted, scheds, len(raw), len(seen), small,

@@ -65,8 +65,8 @@ _LARGE_CLUSTER = 256
 def plan_key(p: Plan) -> tuple:
     """A total, deterministic order on plans (the last tie-breaker of the ranking)."""
     return (p.micro_batch_size, p.schedule, p.virtual_stages,
-            tuple((pp.microbatches, tuple((s.layers, s.gpu, s.tp, s.ranks, s.recompute, s.cp or 1)
-                                          for s in pp.stages)) for pp in p.pipelines),
+            tuple((pp.microbatches, tuple((s.layers, s.gpu, s.tp, s.ranks, s.recompute, s.cp or 1,
+                                           s.ep or 1) for s in pp.stages)) for pp in p.pipelines),
             tuple((r.node, r.local_rank) for r in p.ranks))
 
 
@@ -109,7 +109,8 @@ class Search:
         self.gpus = [g.gpus for g in cluster.groups]
         self.prices = [g.price_per_gpu_hour for g in cluster.groups]
         self.costs: dict[tuple[int, ...], OptionCosts] = {}
-        self.cps = cp_degrees(graph)
+        # The runtime does not combine cp with sequence parallelism (runtime/engine.py).
+        self.cps = (1,) if sequence_parallel else cp_degrees(graph)
         self.shapes = self.pruned = self.programs = 0
         self.exact = True
         self.incumbent = math.inf
