@@ -12,6 +12,7 @@ from cost_models.context import ring_attention_bytes, ring_attention_exposed_s
 from cost_models.profiles import ProfileSet
 from planner.cluster import load_cluster
 from planner.costing import estimate, megatron_plan
+from planner.costing.framework import DEFAULT_FRAMEWORK, Framework
 from planner.costing.links import cp_ring_link, intra_link, nic_link
 from planner.costing.stage_cost import kv_bytes_per_sequence, stage_cost
 from planner.errors import HetplanError, SpecError
@@ -27,10 +28,14 @@ def _llama(seq_len: int):
     return planner.load_model(model.spec.replace(seq_len=seq_len))
 
 
+RING = Framework(cp_ring_overlap=True)  # hetplan's defaults, but Megatron-Core's K/V ring
+
+
 def _stage(graph, cp: int, link: Link | None = None, tp: int = 1, mb: int = 2,
-           recompute: str = "none"):
+           recompute: str = "none", framework: Framework = RING):
     return stage_cost(graph, 0, len(graph.layers), A100, tp, mb, recompute, precision="bf16",
-                      cp=cp, cp_link=link if cp > 1 else None, profiles=NONE)
+                      cp=cp, cp_link=link if cp > 1 else None, profiles=NONE,
+                      framework=framework)
 
 
 def test_ring_bytes_closed_form() -> None:
@@ -167,3 +172,22 @@ def test_export_names_the_cp_degree() -> None:
     text = export_plan(plan, "megatron")
     assert "--context-parallel-size 2" in text and "DP 2" in text
     assert "context_parallel_degree = 2" in export_plan(plan, "torchtitan")
+
+
+def test_hetplan_runtime_prices_its_blocking_all_gather_and_full_scores() -> None:
+    # hetplan's runtime (runtime/context.py) all-gathers K/V before attention and all-reduces
+    # the gathered gradient, nothing overlapped, and masks by position (no causal skip).
+    graph = _llama(64).graph
+    slow = Link(1e-3, 0.0)
+    cp, mb = 4, 2
+    base = _stage(graph, cp, FAST, mb=mb, framework=DEFAULT_FRAMEWORK)
+    gathered = _stage(graph, cp, slow, mb=mb, framework=DEFAULT_FRAMEWORK)
+    blocks = [lay for lay in graph.layers if lay.kind == "block"]
+    whole = [cp * mb / cp * kv_bytes_per_sequence(lay, graph) for lay in blocks]
+    # Ring all-gather moves (n-1)/n of the result; ring all-reduce twice that.
+    assert gathered.fwd_s - base.fwd_s == pytest.approx(
+        sum((cp - 1) / cp * w for w in whole) / slow.bytes_per_s, rel=1e-3)
+    assert gathered.bwd_s - base.bwd_s == pytest.approx(
+        sum(2 * (cp - 1) / cp * w for w in whole) / slow.bytes_per_s, rel=1e-3)
+    # Every score computed: slower than the causal ring on a free link, by the skipped half.
+    assert base.fwd_s > _stage(graph, cp, FAST, mb=mb).fwd_s

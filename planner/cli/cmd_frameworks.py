@@ -29,6 +29,8 @@ def framework_record(name: str) -> dict[str, Any]:
         "pads_vocab": fw.pads_vocab,
         "tied_grad_pairs": fw.tied_grad_pairs,
         "p2p_blocking": fw.p2p_blocking,
+        "context_parallel": ("K/V ring overlapped with attention" if fw.cp_ring_overlap
+                             else "K/V all-gather before attention, not overlapped"),
         "fp8": fw.fp8 or "not used",
         "sources": list(fw.sources),
     }
@@ -60,5 +62,6 @@ def frameworks(
             f"{_yes(r['causal_flash_attention'])}; vocab-parallel embedding/head: "
             f"{_yes(r['vocab_parallel'])}{' (padded)' if r['pads_vocab'] else ''}; "
             f"blocking p2p: {_yes(r['p2p_blocking'])}; fp8: {r['fp8']}")
+        console.print(f"  context parallelism: {r['context_parallel']}")
         for src in r["sources"]:
             console.print(f"  - {src}")

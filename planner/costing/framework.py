@@ -97,6 +97,12 @@ class Framework:
     """Fused elementwise chains (norm into GEMM, RoPE, SwiGLU / bias-GeLU, bias-dropout-add):
     each block's memory-bound traffic is `cost_models.fusion.fused_traffic_ratio` of the
     eager graph's, from the block's own dimensions (on top of `memory_traffic_scale`)."""
+    cp_ring_overlap: bool = False
+    """Context parallelism's K/V exchange: True, a ring of p2p sends overlapped with the
+    attention steps under a causal kernel (Megatron-Core `cp_comm_type="p2p"`, torchtitan's
+    `context_parallel`); False, hetplan's runtime (`runtime/context.py`): K and V all-gathered
+    before attention, blocking, an explicit position mask (so the kernel computes every
+    score of its seq/cp queries, no causal skip) and the gathered gradient all-reduced."""
     max_zero: int = 3
     """The highest ZeRO stage the stack runs alongside its pipeline schedule (the search tries
     no higher): Megatron-LM's distributed optimizer and DeepSpeed's pipeline engine shard
@@ -171,6 +177,7 @@ HETPLAN_RUNTIME = Framework(
 """hetplan's own runtime (what `hetplan launch` runs): the defaults of `Framework`."""
 
 MEGATRON_CORE = Framework(
+    cp_ring_overlap=True,
     max_zero=1,
     name="megatron", pads_vocab=True, tied_grad_pairs=True, host_dispatch_overlapped=True,
     dp_overlap=True, tp_comm_overlap=True, fused_kernels=True,
@@ -193,6 +200,7 @@ this way), for teams that plan with hetplan and launch Megatron themselves; `het
 always runs hetplan's runtime."""
 
 TORCHTITAN = Framework(
+    cp_ring_overlap=True,
     name="torchtitan", host_dispatch_overlapped=True, dp_overlap=True,
     fp8="torchao Float8Linear (dynamic scaling) on the block linears; needs torch.compile",
     sources=(

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from itertools import accumulate
 
-from cost_models.comm import Link, allreduce_s, alltoall_s
+from cost_models.comm import Link, allgather_s, allreduce_s, alltoall_s
 from cost_models.compute import LayerWork, adam_step_s, gemm_s, layer_compute_s, memory_s
 from cost_models.context import ring_attention_exposed_s
 from cost_models.efficiency import KERNELS_PER_BLOCK_FWD, constants_for
@@ -180,7 +180,9 @@ def _layer_costs(layer: Layer, graph: LayerGraph, gpu: GpuSpec, tp: int, mb: int
     # A causal flash kernel skips part of the attention core (framework.py); its backward is
     # twice its forward and all activation gradient.
     width = layer.matmul_dim / t if layer.kind in ("block", "other") else layer.matmul_dim
-    skipped = (1.0 - fw.attention_flops_share) * layer.fwd_attention_flops
+    gathered = cp > 1 and layer.kind == "block" and not fw.cp_ring_overlap
+    share = 1.0 if gathered else fw.attention_flops_share  # a position mask: no causal skip
+    skipped = (1.0 - share) * layer.fwd_attention_flops
     work = LayerWork(
         fwd_matmul_flops=b * (layer.fwd_matmul_flops - skipped + extra) / ts,
         bwd_act_matmul_flops=b * (layer.bwd_act_flops * mm_frac - 2 * skipped + extra) / ts,
@@ -188,14 +190,14 @@ def _layer_costs(layer: Layer, graph: LayerGraph, gpu: GpuSpec, tp: int, mb: int
         fwd_memory_bytes=b * layer.fwd_memory_bytes * mem_share,
         gemm_width=max(width, 1.0),
         gemm_scale=layer_gemm_factors(layer, graph.seq_len, gpu, precision, ts, b,
-                                      fw.attention_flops_share),
+                                      share),
         kernels_fwd=_KERNELS.get(layer.kind, KERNELS_PER_BLOCK_FWD),
     )
     fwd, bwd_act, bwd_w = layer_compute_s(work, gpu, precision, fw.host_dispatch_overlapped)
     if precision == "fp8" and layer.fwd_attention_flops > 0:
         # fp8 recipes run only the linear layers in fp8 (Transformer Engine fp8_autocast and
         # torchao Float8Linear); the attention core (flash / fused attention) stays bf16.
-        attn = b * fw.attention_flops_share * layer.fwd_attention_flops / ts
+        attn = b * share * layer.fwd_attention_flops / ts
         extra = (gemm_s(attn, gpu, "bf16", work.gemm_width)
                  - gemm_s(attn, gpu, precision, work.gemm_width))
         fwd, bwd_act = fwd + extra, bwd_act + 2 * extra
@@ -212,7 +214,13 @@ def _layer_costs(layer: Layer, graph: LayerGraph, gpu: GpuSpec, tp: int, mb: int
         w, (sf, sa, _) = work.gemm_width, work.gemm_scale
         comm_fwd = max(0.0, comm - gemm_s(work.fwd_matmul_flops, gpu, precision, w, sf))
         comm_bwd = max(0.0, comm - gemm_s(work.bwd_act_matmul_flops, gpu, precision, w, sa))
-    if cp > 1 and cp_link is not None and layer.kind == "block":
+    if gathered and cp_link is not None:
+        # All-gather of every rank's K/V block before attention, and in the backward the
+        # all-reduce of the gathered K/V gradient (runtime/context.py): nothing overlapped.
+        whole = cp * b * kv_bytes_per_sequence(layer, graph) / ts
+        comm_fwd += allgather_s(whole, cp, cp_link)
+        comm_bwd += allreduce_s(whole, cp, cp_link)
+    elif cp > 1 and cp_link is not None and layer.kind == "block":
         ring_fwd, ring_bwd = _ring_exposed_s(layer, graph, gpu, b, ts, cp, cp_link,
                                              fw.attention_flops_share, work.gemm_width)
         comm_fwd, comm_bwd = comm_fwd + ring_fwd, comm_bwd + ring_bwd
