@@ -95,7 +95,7 @@ def test_whatif_table_and_bad_scenarios(capsys) -> None:
     assert code == 0 and "before" in out and "after" in out and "removed g4dn" in out
     for bad, message in ((["--add", "4 A1000"], "unknown GPU type 'A1000'"),
                          (["--remove", "h100"], "no H100"),
-                         (["--price", "t4"], "write KEY=USD"),
+                         (["--add", "4 A100", "--price", "t4"], "write KEY=USD"),
                          ([], "nothing to change")):
         code, _, err = _run(["whatif", "tiny", "amp-t4", *bad], capsys)
         assert code == 2 and message in err and err.count("\n") == 1, err

@@ -97,6 +97,7 @@ def test_the_estimate_grows_with_what_the_workers_hold(tmp_path: Path) -> None:
 
 def test_chunked_reference_equals_the_whole_batch() -> None:
     spec = load_model_spec("tiny")
+    torch.manual_seed(1)  # the same batch every run: no draw-dependent rounding
     inputs = torch.randint(0, spec.vocab_size, (6, spec.seq_len))
     labels = torch.randint(0, spec.vocab_size, (6, spec.seq_len))
     grads, losses = [], []
@@ -107,7 +108,8 @@ def test_chunked_reference_equals_the_whole_batch() -> None:
         losses.append(_reference_step(model, opt, inputs, labels, chunk))
         grads.append([p.grad.clone() for p in model.parameters()])
     for other, loss in zip(grads[1:], losses[1:], strict=True):
-        assert loss == pytest.approx(losses[0], abs=1e-6)
+        # fp32: a mean over other chunkings differs by rounding, ~1e-7 of the value.
+        assert loss == pytest.approx(losses[0], rel=1e-6)
         assert max(float((a - b).abs().max()) for a, b in zip(grads[0], other, strict=True)) \
             < 1e-6
 

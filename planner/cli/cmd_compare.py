@@ -20,6 +20,7 @@ from planner.cli.options import (
     FrameworkOption,
     ProfilesOption,
     SeqLenOption,
+    finite_option,
     load_profiles,
     parse_seq_len,
     use_calibration,
@@ -55,7 +56,8 @@ def compare(
         "--objective", help="What each cluster's plan optimises: throughput | cost.")
     ] = "throughput",
     budget_usd_per_hour: Annotated[float | None, typer.Option(
-        "--budget-usd-per-hour", help="Each cluster's plan costs at most this.")] = None,
+        "--budget-usd-per-hour", min=0.0, callback=finite_option,
+        help="Each cluster's plan costs at most this.")] = None,
     schedule: Annotated[list[str] | None, typer.Option(
         "--schedule", help="Search only these schedules (repeat or comma-separate): 1f1b, "
         "gpipe, interleaved. Default: all three.")] = None,

@@ -44,6 +44,9 @@ def launch(
         "--data", help="Token file or folder of *.bin (flat uint16/uint32 ids) the runtime "
         "trains on, as the nodes see the path (default: synthetic tokens).")] = None,
     data_dtype: Annotated[str, typer.Option("--data-dtype", help="uint16 | uint32.")] = "uint16",
+    data_seed: Annotated[int | None, typer.Option(
+        "--data-seed", min=0, max=2**31 - 1,
+        help="Where in the token stream sampling starts (runtime default 0).")] = None,
     lr: Annotated[float | None, typer.Option(
         "--lr", min=0, callback=finite_option,
         help="Peak learning rate (runtime default 1e-4).")] = None,
@@ -89,7 +92,8 @@ def launch(
         raise HetplanError(f"--data-dtype {data_dtype!r}: use uint16 or uint32")
     if save_every is not None and save_checkpoint is None:
         raise HetplanError("--save-every needs --save-checkpoint DIR (where to save)")
-    flags = {"--data": data, "--data-dtype": data_dtype if data else None, "--lr": lr,
+    flags = {"--data": data, "--data-dtype": data_dtype if data else None,
+             "--data-seed": data_seed if data else None, "--lr": lr,
              "--min-lr": min_lr, "--warmup-steps": warmup_steps, "--decay-steps": decay_steps,
              "--save-checkpoint": save_checkpoint, "--save-every": save_every,
              "--resume": resume}

@@ -134,9 +134,11 @@ def parse_micro_batches(values: list[str] | None) -> tuple[int, ...] | None:
     """`--micro-batch` values (repeated or comma-separated positive integers)."""
     out = []
     for v in _items(values):
-        if not v.isdigit() or int(v) < 1:
-            raise HetplanError(f"--micro-batch {v!r}: give positive integers, e.g. "
-                               "--micro-batch 1,2,4")
+        # isascii: '²' is a digit to str.isdigit but not to int(); 9 digits bound int().
+        if (not (v.isascii() and v.isdigit()) or len(v) > 9
+                or not 1 <= int(v) <= MAX_GLOBAL_BATCH):
+            raise HetplanError(f"--micro-batch {v[:20]!r}: give positive integers up to "
+                               f"{MAX_GLOBAL_BATCH:,}, e.g. --micro-batch 1,2,4")
         out.append(int(v))
     return tuple(dict.fromkeys(out)) or None
 

@@ -77,10 +77,10 @@ def whatif(
     use_calibration(calibration)
     fw = framework_named(framework)
     measured = load_profiles(profiles)
-    if not (add or remove or price or partition):
-        raise HetplanError("whatif: nothing to change; give --add, --remove, --price or "
-                           "--partition "
-                           "(e.g. --add \"8 H100-SXM5-80GB\")")
+    if not (add or remove or partition):
+        # --price alone changes nothing: it applies to both sides so the $ columns compare.
+        raise HetplanError("whatif: nothing to change; give --add, --remove or --partition "
+                           "(e.g. --add \"8 H100-SXM5-80GB\"); --price applies to both sides")
     if plot is not None:
         from planner.report.figure import check_figure_path
 

@@ -79,7 +79,8 @@ def parse_seq_len(text: str | None) -> int | None:
     if text is None:
         return None
     digits = text.strip()
-    if not (digits.isascii() and digits.isdigit()) or int(digits) < 1:
-        raise HetplanError(f"--seq-len {text!r}: expected a positive whole number of tokens, "
+    # At most 9 digits before int(): Python refuses to convert over 4,300 (a traceback).
+    if not (digits.isascii() and digits.isdigit()) or len(digits) > 9 or int(digits) < 1:
+        raise HetplanError(f"--seq-len {text[:20]!r}: expected a positive whole number of tokens, "
                            "e.g. --seq-len 4096")
     return int(digits)

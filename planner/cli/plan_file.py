@@ -35,24 +35,31 @@ def load_checked(path: str | Path, cluster: Any = None,
     """The plan in `path`, checked by the one plan validator against the model it embeds and
     `cluster` (a name or file; default: the cluster it embeds). One SpecError line if not.
     `seq_len` re-prices the plan's layout at another sequence length (`at_seq_len`)."""
+    import sys
+
     from planner.cluster import load_cluster
     from planner.costing.plan_check import check_plan
     from planner.schema import Plan
 
     plan = Plan.load(path)
+    planned = plan.model.get("seq_len") if isinstance(plan.model, dict) else None
     if seq_len is not None:
         plan = at_seq_len(plan, seq_len, where=str(path))
     given = load_cluster(cluster) if cluster is not None else None
-    return check_plan(plan, None, given, where=str(path))
+    checked = check_plan(plan, None, given, where=str(path))
+    if seq_len is not None and planned is not None and planned != seq_len:
+        # Only once the plan is valid at that length: an error stays the one line printed.
+        print(f"notice: {path} was planned at seq_len {planned}; pricing its layout and batch "
+              f"at --seq-len {seq_len} (`hetplan plan --seq-len {seq_len}` searches the best "
+              "layout for that length)", file=sys.stderr)
+    return checked
 
 
 def at_seq_len(plan: Plan, seq_len: int, *, where: str) -> Plan:
     """`plan` with its model at `seq_len` tokens per sequence: same layout, batch and
-    micro-batch, re-priced by whoever estimates it (a notice on stderr says so, since its
-    recorded prediction was for the planned length). A user's module was measured at one
-    length and cannot be re-priced at another: an error."""
-    import sys
-
+    micro-batch, re-priced by whoever estimates it (`load_checked` prints a notice once the
+    plan is valid at that length, since its recorded prediction was for the planned length).
+    A user's module was measured at one length and cannot be re-priced at another: an error."""
     from planner.graph.embedded import is_module_model
 
     model = plan.model or {}
@@ -66,9 +73,6 @@ def at_seq_len(plan: Plan, seq_len: int, *, where: str) -> Plan:
     planned = model.get("seq_len")
     if planned == seq_len:
         return plan
-    print(f"notice: {where} was planned at seq_len {planned}; pricing its layout and batch at "
-          f"--seq-len {seq_len} (`hetplan plan --seq-len {seq_len}` searches the best layout "
-          "for that length)", file=sys.stderr)
     return plan.model_copy(update={"model": {**model, "seq_len": seq_len}})
 
 
