@@ -30,3 +30,36 @@ def splits(total: int, parts: int, least: int) -> Iterator[tuple[int, ...]]:
     for first in range(least, total - least * (parts - 1) + 1):
         for rest in splits(total - first, parts - 1, least):
             yield (first, *rest)
+
+
+def four_gpu_cluster(memory_gib: float):
+    """One node of 4 A100s (NVLink) whose memory is `memory_gib`: a test sets it so that
+    exactly the plans it means to rule out do not fit."""
+    import dataclasses
+
+    from planner.cluster import cluster_from_dict
+
+    c = cluster_from_dict({"name": "one", "nodes": [
+        {"name": "g", "count": 1, "gpu": "A100-SXM4-80GB", "gpus_per_node": 4,
+         "intra_node": "nvlink", "inter_node_gbps": 100}]})
+    return dataclasses.replace(c, groups=tuple(
+        dataclasses.replace(g, gpu=dataclasses.replace(g.gpu, memory_gib=memory_gib))
+        for g in c.groups))
+
+
+def one_node_plan(gpu: str, gbs: int, b: int, pipe, counts, extra=None):
+    """A 1F1B plan on node "g": `pipe` (from `pipelines`) replicated once per micro-batch
+    count in `counts`, ranks in order; `extra[k]` adds keys (e.g. ep, cp) to stage k."""
+    from planner.schema import Plan
+
+    ranks, pipes = [], []
+    for m in counts:
+        stages = []
+        for k, (start, end, tp, rc) in enumerate(pipe):
+            rs = list(range(len(ranks), len(ranks) + tp))
+            ranks.extend({"rank": r, "node": "g", "local_rank": r} for r in rs)
+            stages.append({"layers": [start, end], "gpu": gpu, "tp": tp, "ranks": rs,
+                           "recompute": rc, **((extra or {}).get(k) or {})})
+        pipes.append({"microbatches": m, "stages": stages})
+    return Plan.from_dict({"global_batch_size": gbs, "micro_batch_size": b, "schedule": "1f1b",
+                           "zero1": len(counts) > 1, "pipelines": pipes, "ranks": ranks})

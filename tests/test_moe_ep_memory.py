@@ -12,14 +12,12 @@ from pathlib import Path
 
 import torch
 
-from planner.cluster.load import cluster_from_dict
-from planner.costing import estimate
 from planner.graph.load_spec import load_model_spec
 from planner.models import build_model
 from planner.runtime.dry_run import dryrun
 from planner.runtime.local import init_world, run_local
 from planner.schema import Plan
-from tests.test_runtime_plans import make_plan, stage
+from tests.test_runtime_plans import make_plan, priced_on_one_node, stage
 
 GPU = "A100-SXM4-80GB"
 GIB = 2**30
@@ -53,14 +51,7 @@ def test_an_ep_rank_holds_the_priced_params_and_optimizer_state() -> None:
     # DP 4 = two ep-blocks of ep 2, ZeRO-1: a rank holds the dense params and 2 of 4 experts;
     # each expert lives on 2 ranks (one per block), which slice its Adam state in halves.
     plan = _plan(4, 2, zero1=True)
-    data = plan.to_dict()
-    for pipe in data["pipelines"]:
-        for st in pipe["stages"]:
-            st["gpu"] = GPU
-    cluster = cluster_from_dict({"name": "one-node", "nodes": [
-        {"name": "cpu", "count": 1, "gpu": GPU, "gpus_per_node": 8, "intra_node": "nvlink",
-         "inter_node_gbps": 100}]})
-    est = estimate(None, cluster, Plan.from_dict(data), precision="bf16")
+    data, est = priced_on_one_node(plan, GPU)
     held = run_local(_held_worker, 4, plan.to_dict())
     whole = build_model(load_model_spec("tiny-moe"), device="cpu")
     total = sum(p.numel() for p in whole.parameters())

@@ -9,15 +9,14 @@ import itertools
 from functools import cache
 
 from cost_models.memory import FRAMEWORK_OVERHEAD_GIB, GIB
-from planner.cluster import cluster_from_dict, load_cluster
+from planner.cluster import load_cluster
 from planner.costing.estimate import estimate
 from planner.costing.framework import DEFAULT_FRAMEWORK
 from planner.graph import load_model
 from planner.graph.extract import extract
 from planner.graph.spec import ModelSpec
-from planner.schema import Plan
 from planner.search import plan
-from tests.brute_space import pipelines, splits
+from tests.brute_space import four_gpu_cluster, one_node_plan, pipelines, splits
 
 
 @cache
@@ -31,27 +30,12 @@ def _graph():
 
 
 def _cluster(graph, fraction: float):
-    c = cluster_from_dict({"name": "one", "nodes": [
-        {"name": "g", "count": 1, "gpu": "A100-SXM4-80GB", "gpus_per_node": 4,
-         "intra_node": "nvlink", "inter_node_gbps": 100}]})
-    mem = FRAMEWORK_OVERHEAD_GIB + fraction * graph.params * 16 / GIB
-    return dataclasses.replace(c, groups=tuple(
-        dataclasses.replace(g, gpu=dataclasses.replace(g.gpu, memory_gib=mem))
-        for g in c.groups))
+    return four_gpu_cluster(FRAMEWORK_OVERHEAD_GIB + fraction * graph.params * 16 / GIB)
 
 
-def _plan(gpu: str, gbs: int, b: int, pipe, eps, counts) -> Plan:
-    ranks, pipes = [], []
-    for m in counts:
-        stages = []
-        for (start, end, tp, rc), ep in zip(pipe, eps, strict=True):
-            rs = list(range(len(ranks), len(ranks) + tp))
-            ranks.extend({"rank": r, "node": "g", "local_rank": r} for r in rs)
-            stages.append({"layers": [start, end], "gpu": gpu, "tp": tp, "ranks": rs,
-                           "recompute": rc, **({"ep": ep} if ep > 1 else {})})
-        pipes.append({"microbatches": m, "stages": stages})
-    return Plan.from_dict({"global_batch_size": gbs, "micro_batch_size": b, "schedule": "1f1b",
-                           "zero1": len(counts) > 1, "pipelines": pipes, "ranks": ranks})
+def _plan(gpu: str, gbs: int, b: int, pipe, eps, counts):
+    extra = {k: {"ep": ep} for k, ep in enumerate(eps) if ep > 1}
+    return one_node_plan(gpu, gbs, b, pipe, counts, extra)
 
 
 def _brute_force(graph, cluster, gbs: int, sizes=(1, 2)) -> tuple[float, int]:

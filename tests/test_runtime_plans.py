@@ -32,3 +32,19 @@ def make_plan(pipelines: list[dict[str, Any]], *, mbs: int = 1, schedule: str = 
         data["model"] = model
         data["cluster"] = {"name": "local-cpu"}
     return Plan.from_dict(data)
+
+
+def priced_on_one_node(plan: Plan, gpu: str = "A100-SXM4-80GB") -> tuple[dict[str, Any], Any]:
+    """(the plan's data with every stage on `gpu`, its bf16 `estimate` on one 8-GPU node): how
+    a runtime test prices the plan it runs on CPU ranks."""
+    from planner.cluster.load import cluster_from_dict
+    from planner.costing import estimate
+
+    data = plan.to_dict()
+    for pipe in data["pipelines"]:
+        for st in pipe["stages"]:
+            st["gpu"] = gpu
+    cluster = cluster_from_dict({"name": "one-node", "nodes": [
+        {"name": "cpu", "count": 1, "gpu": gpu, "gpus_per_node": 8, "intra_node": "nvlink",
+         "inter_node_gbps": 100}]})
+    return data, estimate(None, cluster, Plan.from_dict(data), precision="bf16")

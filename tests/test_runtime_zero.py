@@ -10,14 +10,12 @@ from __future__ import annotations
 
 import torch
 
-from planner.cluster.load import cluster_from_dict
-from planner.costing import estimate
 from planner.graph.load_spec import load_model_spec
 from planner.models import build_model
 from planner.runtime.local import init_world, run_local
 from planner.schema import Plan
 from tests.test_runtime_dist import _check
-from tests.test_runtime_plans import make_plan, stage
+from tests.test_runtime_plans import make_plan, priced_on_one_node, stage
 
 GPU = "A100-SXM4-80GB"
 # Pipeline 0: TP 2 (ranks 0, 1) then TP 1 (rank 2); pipeline 1: TP 1 then TP 2. Every tensor is
@@ -52,14 +50,7 @@ def _bytes_worker(rank: int, world: int, store_dir: str, plan_dict: dict) -> int
 def test_zero1_optimizer_bytes_equal_the_estimate_on_mixed_tp() -> None:
     spec = load_model_spec("tiny-llama")
     plan = make_plan(_PIPES, zero1=True, model=spec.model_dump(mode="json"))
-    data = plan.to_dict()
-    for pipe in data["pipelines"]:
-        for st in pipe["stages"]:
-            st["gpu"] = GPU
-    cluster = cluster_from_dict({"name": "one-node", "nodes": [
-        {"name": "cpu", "count": 1, "gpu": GPU, "gpus_per_node": 8, "intra_node": "nvlink",
-         "inter_node_gbps": 100}]})
-    est = estimate(None, cluster, Plan.from_dict(data), precision="bf16")
+    data, est = priced_on_one_node(plan, GPU)
     allocated = run_local(_bytes_worker, 6, plan.to_dict())
     # fp32 master slice + two Adam moments = 12 B per element, the 12 B/param the cost model
     # shards under ZeRO-1 in mixed precision; every tiny-llama tensor divides by tp × 2.
