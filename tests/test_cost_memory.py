@@ -14,7 +14,8 @@ from cost_models.memory import (
     state_bytes_per_param,
 )
 from cost_models.profiles import ProfileSet
-from planner.costing.stage_cost import stage_cost, stage_peak_memory_gib
+from planner.costing.stage_cost import stage_cost
+from planner.costing.stage_memory import stage_peak_memory_gib
 from tests.test_cost_fixtures import gpt_graph, gpu
 
 NONE = ProfileSet()

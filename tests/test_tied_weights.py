@@ -111,7 +111,7 @@ def test_memory_refusal_counts_the_copy() -> None:
 def test_search_tables_price_the_copy_like_the_estimate() -> None:
     """The search's per-range memory and Adam step (numpy over every [i, j)) equal
     stage_cost's for the real GPT-2 medium graph, ranges with and without the copy."""
-    from planner.costing.stage_cost import stage_peak_memory_gib
+    from planner.costing.stage_memory import stage_peak_memory_gib
     from planner.search.tables import RECOMPUTE, option_costs
 
     graph = load_model("gpt2-medium").graph

@@ -7,7 +7,8 @@ import json
 import pytest
 
 from cost_models.memory import FRAMEWORK_OVERHEAD_GIB, GIB, dp_sync_bytes_per_param
-from planner.costing.stage_cost import StageCost, stage_peak_memory_gib
+from planner.costing.stage_cost import StageCost
+from planner.costing.stage_memory import stage_peak_memory_gib
 from tests.cli import run_cli
 
 

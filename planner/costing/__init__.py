@@ -13,8 +13,8 @@ from planner.costing.stage_cost import (
     StageCost,
     layer_cost_table,
     stage_cost,
-    stage_peak_memory_gib,
 )
+from planner.costing.stage_memory import stage_peak_memory_gib
 
 __all__ = [
     "DEFAULT_FRAMEWORK",

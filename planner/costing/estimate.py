@@ -29,13 +29,8 @@ from planner.costing.links import a2a_link, cp_ring_link, p2p_time_s
 from planner.costing.plan_check import check_against
 from planner.costing.resolve import resolve_cluster, resolve_model
 from planner.costing.result import Estimate, StageEstimate
-from planner.costing.stage_cost import (
-    StageCost,
-    stage_cost,
-    stage_memory,
-    stage_peak_memory_gib,
-    tp_split,
-)
+from planner.costing.stage_cost import StageCost, stage_cost, tp_split
+from planner.costing.stage_memory import stage_memory, stage_peak_memory_gib
 from planner.errors import SpecError
 from planner.graph.layers import LayerGraph
 from planner.schema import Plan

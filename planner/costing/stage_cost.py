@@ -18,8 +18,6 @@ from cost_models.efficiency import KERNELS_PER_BLOCK_FWD, constants_for
 from cost_models.fusion import fused_traffic_ratio
 from cost_models.gpu import GpuSpec
 from cost_models.memory import (
-    FRAMEWORK_OVERHEAD_GIB,
-    GIB,
     activation_bytes_per_gpu,
     optimizer_bytes_per_param,
     state_bytes_per_param,
@@ -29,11 +27,10 @@ from cost_models.profiles import ProfileSet, default_profiles
 from planner.costing.framework import DEFAULT_FRAMEWORK, Framework
 from planner.costing.layer_gemms import layer_gemm_factors
 from planner.costing.links import link_of_kind
-from planner.costing.result import StageMemory
 from planner.graph.layers import Layer, LayerGraph
 
 __all__ = ["LayerCostTable", "StageCost", "kv_bytes_per_sequence", "layer_cost_table",
-           "stage_cost", "stage_memory", "stage_peak_memory_gib", "tp_split"]
+           "stage_cost", "tp_split"]
 
 _KERNELS = {"embedding": 4, "block": KERNELS_PER_BLOCK_FWD, "head": 10,
             "other": KERNELS_PER_BLOCK_FWD}
@@ -432,46 +429,3 @@ def stage_cost(graph: LayerGraph, start: int, end: int, gpu: GpuSpec, tp: int, m
         intra_node_link=intra_node_link, profiles=profiles, framework=framework, ep=ep,
         ep_link=ep_link, capacity_factor=capacity_factor, cp=cp,
         cp_link=cp_link).stage(start, end)
-
-
-def stage_peak_memory_gib(cost: StageCost, inflight_microbatches: float,
-                          zero1_dp: int = 1, zero: int = 1,
-                          gathered_params: float = 0.0, ep: int = 1,
-                          fraction: float | None = None) -> float:
-    """Peak memory of one GPU of the stage: model state sharded over `zero1_dp` at ZeRO stage
-    `zero` (1: optimizer state, 2: and gradients, 3: and weights, plus `gathered_params` held
-    whole at once; routed experts' optimizer state over zero1_dp / ep), activations of the
-    in-flight micro-batches, recompute transient, framework overhead. `fraction`: the share of
-    the sharded state this GPU keeps (a plan's `shard_fraction`; default 1 / zero1_dp)."""
-    # One arithmetic, kept in `stage_memory`: the peak is the sum of its parts.
-    return stage_memory(cost, inflight_microbatches, zero1_dp, zero, gathered_params, ep=ep,
-                        fraction=fraction).total_gib
-
-
-def stage_memory(cost: StageCost, inflight_microbatches: float, zero1_dp: int = 1,
-                 zero: int = 1, gathered_params: float = 0.0, ep: int = 1,
-                 fraction: float | None = None) -> StageMemory:
-    """What one GPU of the stage holds at its peak, by part (arguments as in
-    `stage_peak_memory_gib`, which is their sum)."""
-    keep = fraction if fraction is not None and zero1_dp > 1 else 1 / max(zero1_dp, 1)
-    shed = 1 - keep
-    opt = cost.optimizer_bytes_per_gpu
-    expert_opt = cost.expert_optimizer_bytes_per_gpu
-    expert_dp = max(zero1_dp // max(ep, 1), 1)
-    if fraction is not None and zero1_dp > 1:
-        expert_dp = 1 / min(1.0, keep * max(ep, 1))  # the expert group's share, scaled alike
-    # Weights and gradients are the rest of the state, one half each (2 + 2 B or 4 + 4 B).
-    half = (cost.static_bytes_per_gpu - opt) / 2
-    per_param = half / cost.params_per_gpu if cost.params_per_gpu else 0.0
-    weights = grads = half
-    if zero >= 2:
-        grads -= half * shed
-    if zero >= 3:
-        weights -= half * shed
-        weights += gathered_params * per_param  # the gathered weights and their gradients
-        grads += gathered_params * per_param
-    optimizer = opt - (opt - expert_opt) * shed - expert_opt * (1 - 1 / expert_dp)
-    return StageMemory(
-        weights_gib=weights / GIB, gradients_gib=grads / GIB, optimizer_gib=optimizer / GIB,
-        activations_gib=cost.activation_bytes_per_microbatch * inflight_microbatches / GIB,
-        other_gib=cost.recompute_transient_bytes / GIB + FRAMEWORK_OVERHEAD_GIB)
