@@ -109,8 +109,7 @@ class Search:
         self.gpus = [g.gpus for g in cluster.groups]
         self.prices = [g.price_per_gpu_hour for g in cluster.groups]
         self.costs: dict[tuple[int, ...], OptionCosts] = {}
-        # The runtime does not combine cp with sequence parallelism (runtime/engine.py).
-        self.cps = (1,) if sequence_parallel else cp_degrees(graph)
+        self.cps = cp_degrees(graph)
         self.shapes = self.pruned = self.programs = 0
         self.exact = True
         self.incumbent = math.inf
@@ -140,6 +139,8 @@ class Search:
                                                 ep_degrees(self.graph), self.cps):
                 if ep > 1 and cp > 1:
                     continue  # not combined (schema.py)
+                if self.sp and cp > 1 and self.graph.seq_len % (2 * cp * tp):
+                    continue  # SP slices each of the 2·cp chunks over TP (plan_check.py)
                 key = (g_idx, tp, b, ep, cp)
                 if key not in self.costs:
                     self.costs[key] = option_costs(
