@@ -105,6 +105,38 @@ def test_cp_with_sequence_parallel_is_the_micro_batch_split(recompute: str) -> N
         graph, 2, FAST, tp=2, mb=2, recompute=recompute).activation_bytes_per_microbatch
 
 
+def test_cp_with_ep_is_the_micro_batch_split() -> None:
+    # Routing is per token: each cp rank dispatches its seq/cp tokens over the ep-group, so
+    # the all-to-alls, expert GEMMs and activations are those of mb/cp whole sequences.
+    graph = planner.load_model("tiny-moe").graph
+    a2a = Link(5.0, 1e-5)
+
+    def cost(cp: int, mb: int):
+        return stage_cost(graph, 0, len(graph.layers), A100, 1, mb, "none", precision="bf16",
+                          cp=cp, cp_link=FAST if cp > 1 else None, profiles=NONE,
+                          framework=RING, ep=2, ep_link=a2a)
+
+    both, ep_only = cost(2, 2), cost(1, 1)
+    assert both.fwd_s == pytest.approx(ep_only.fwd_s, rel=1e-12)
+    assert both.bwd_s == pytest.approx(ep_only.bwd_s, rel=1e-12)
+    assert both.activation_bytes_per_microbatch == pytest.approx(
+        ep_only.activation_bytes_per_microbatch, rel=1e-12)
+    assert both.params_per_gpu == ep_only.params_per_gpu  # E/ep experts on every cp rank
+
+
+def test_megatron_plan_ep_over_dp_times_cp() -> None:
+    # EP over consecutive pipelines, data- or context-parallel: ep 4 over dp 2 × cp 2.
+    model = planner.load_model("tiny-moe")
+    cl = load_cluster("dgx-a100")
+    plan = megatron_plan(model, cl, tp=1, pp=2, dp=2, cp=2, ep=4, micro_batch=1,
+                         global_batch=2)
+    assert plan.cp(0) == 2 and plan.pipelines[3].stages[1].ep == 4
+    est = estimate(model, cl, plan, profiles=NONE)
+    assert est.feasible and all(s.cp == 2 for s in est.stages)
+    with pytest.raises(HetplanError, match="dp × cp = 2"):
+        megatron_plan(model, cl, tp=1, pp=1, dp=1, cp=2, ep=4, micro_batch=1, global_batch=1)
+
+
 def test_slow_ring_costs_its_bytes_per_block() -> None:
     # On a link 1e6 times slower than the attention, the exposed time is the ring's bytes
     # over the link: (cp-1) · K/V block of seq/cp tokens per block, forward; twice backward.
