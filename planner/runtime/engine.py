@@ -132,16 +132,16 @@ def _context_parallel(elems: list[Any], plan: Plan, ch: Chunk, rank: int, index:
 
 
 def _zero_notes(plan: Plan, fsdp: dict, n_elements: int) -> list[str]:
-    """Where the runtime shards less than the plan's ZeRO stage (the same on every rank)."""
-    if plan.zero_stage < 2 or len(plan.pipelines) < 2:
+    """Where the runtime shards less than the plan's ZeRO stage (the same on every rank):
+    elements off FSDP2 run ZeRO-2 on the slices of zero.py, weights whole."""
+    if plan.zero_stage < 3 or len(plan.pipelines) < 2:
         return []
     rest = n_elements - len(fsdp)
     if not rest:
         return []
-    return [f"zero {plan.zero_stage}: {rest} of {n_elements} chain elements run at ZeRO-1 "
-            "(optimizer state sharded, gradients and weights whole): replicas of different "
-            "shapes, uneven shard_fraction, tied weights or experts, which FSDP2's even shards "
-            "cannot take"]
+    return [f"zero 3: {rest} of {n_elements} chain elements run at ZeRO-2 (optimizer state "
+            "and gradients sharded, weights whole): replicas of different shapes, uneven "
+            "shard_fraction, tied weights or experts, which FSDP2's even shards cannot take"]
 
 
 class Runner:
@@ -355,15 +355,22 @@ class Runner:
         for _, p in self.params:  # under ZeRO-1 the optimizer holds slices, not these
             p.grad = None
         loss = self.forward_backward(inputs, labels)
+        sliced = self.zero is not None and self.plan.zero_stage >= 2
         with torch.no_grad():
-            sync_gradients(self.synced, self.rules, self.rank, self.view.chunks[0].tp, self.groups)
+            if sliced:  # ZeRO-2 on the slices: reduce-scatter, keep this rank's slice
+                self.zero.reduce_gradients(self.view.chunks[0].tp)
+            else:
+                sync_gradients(self.synced, self.rules, self.rank, self.view.chunks[0].tp,
+                               self.groups)
         dist.all_reduce(loss)
+        slices = tuple(m.grad for m in self.zero.masters) if sliced else ()
         if self.scaler is not None and not self.scaler.unscale_or_skip(
-                [p.grad for _, p in self.params], self.device):
+                [p.grad for _, p in self.params if p.grad is not None] + list(slices),
+                self.device):
             return float(loss)
         if self.max_grad_norm is not None:
             clip_grad_norm(self.params, self.rules, self.rank, self.view.tp_index,
-                           self.max_grad_norm, self.device, self.fsdp_keys)
+                           self.max_grad_norm, self.device, self.fsdp_keys, slices)
         if before_update is not None:
             before_update(self)
         if self.zero is not None:
