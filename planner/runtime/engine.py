@@ -131,17 +131,29 @@ def _context_parallel(elems: list[Any], plan: Plan, ch: Chunk, rank: int, index:
                 m.context = shards[members]
 
 
+def _slice_stage(plan: Plan) -> int:
+    """The ZeRO stage the slices of zero.py run: 2 (gradients reduce-scattered onto them) for
+    a ZeRO-2/3 plan without expert- or context-parallel stages, whose gradients are reduced by
+    rules of their own (experts.py, context.py) and stay on ZeRO-1 with a note."""
+    plain = all((st.ep or 1) == 1 and (st.cp or 1) == 1 for pipe in plan.pipelines
+                for st in pipe.stages)
+    return min(plan.zero_stage, 2 if plain else 1)
+
+
 def _zero_notes(plan: Plan, fsdp: dict, n_elements: int) -> list[str]:
     """Where the runtime shards less than the plan's ZeRO stage (the same on every rank):
-    elements off FSDP2 run ZeRO-2 on the slices of zero.py, weights whole."""
-    if plan.zero_stage < 3 or len(plan.pipelines) < 2:
+    elements off FSDP2 run on the slices of zero.py, weights whole."""
+    stage = _slice_stage(plan)
+    if plan.zero_stage < 2 or len(plan.pipelines) < 2 or stage >= plan.zero_stage:
         return []
     rest = n_elements - len(fsdp)
     if not rest:
         return []
-    return [f"zero 3: {rest} of {n_elements} chain elements run at ZeRO-2 (optimizer state "
-            "and gradients sharded, weights whole): replicas of different shapes, uneven "
-            "shard_fraction, tied weights or experts, which FSDP2's even shards cannot take"]
+    kept = ("optimizer state and gradients sharded, weights whole" if stage == 2
+            else "optimizer state sharded, gradients and weights whole")
+    return [f"zero {plan.zero_stage}: {rest} of {n_elements} chain elements run at ZeRO-{stage} "
+            f"({kept}): replicas of different shapes, uneven shard_fraction, tied weights, "
+            "experts or context parallelism, which FSDP2's even shards cannot take"]
 
 
 class Runner:
@@ -355,7 +367,7 @@ class Runner:
         for _, p in self.params:  # under ZeRO-1 the optimizer holds slices, not these
             p.grad = None
         loss = self.forward_backward(inputs, labels)
-        sliced = self.zero is not None and self.plan.zero_stage >= 2
+        sliced = self.zero is not None and _slice_stage(self.plan) >= 2
         with torch.no_grad():
             if sliced:  # ZeRO-2 on the slices: reduce-scatter, keep this rank's slice
                 self.zero.reduce_gradients(self.view.chunks[0].tp)
