@@ -141,19 +141,23 @@ def _slice_stage(plan: Plan) -> int:
 
 
 def _zero_notes(plan: Plan, fsdp: dict, n_elements: int) -> list[str]:
-    """Where the runtime shards less than the plan's ZeRO stage (the same on every rank):
-    elements off FSDP2 run on the slices of zero.py, weights whole."""
-    stage = _slice_stage(plan)
-    if plan.zero_stage < 2 or len(plan.pipelines) < 2 or stage >= plan.zero_stage:
+    """Where the runtime's memory differs from the plan's ZeRO stage as priced (the same on
+    every rank): elements off FSDP2 run on the slices of zero.py."""
+    if plan.zero_stage < 2 or len(plan.pipelines) < 2:
         return []
     rest = n_elements - len(fsdp)
     if not rest:
         return []
-    kept = ("optimizer state and gradients sharded, weights whole" if stage == 2
-            else "optimizer state sharded, gradients and weights whole")
-    return [f"zero {plan.zero_stage}: {rest} of {n_elements} chain elements run at ZeRO-{stage} "
-            f"({kept}): replicas of different shapes, uneven shard_fraction, tied weights, "
-            "experts or context parallelism, which FSDP2's even shards cannot take"]
+    why = ("replicas of different shapes, uneven shard_fraction, tied weights, experts or "
+           "context parallelism, which FSDP2's even shards cannot take")
+    if _slice_stage(plan) == 2:
+        whole = "; weights whole" if plan.zero_stage == 3 else ""
+        return [f"zero {plan.zero_stage}: {rest} of {n_elements} chain elements run ZeRO-2 on "
+                "the runtime's slices: gradients reduce-scattered once, after the step's last "
+                "backward, so they are held whole through the backward, where estimate prices "
+                f"them sharded{whole} ({why})"]
+    return [f"zero {plan.zero_stage}: {rest} of {n_elements} chain elements run at ZeRO-1 "
+            f"(optimizer state sharded, gradients and weights whole): {why}"]
 
 
 class Runner:

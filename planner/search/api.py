@@ -225,10 +225,9 @@ def plan(model: Any, cluster: Any, *, global_batch_size: int | None = None,
                 for pipe in p.pipelines for st in pipe.stages):
             return None  # the runtime cannot slice this sequence over that TP (plan_check)
         # The ZeRO stage (and uneven shard fractions) chosen by estimate (sharding.py). Tied
-        # embedding/head weights run ZeRO-2 on the runtime's own slices (runtime/zero.py) but
-        # stay whole under its FSDP2 ZeRO-3 (runtime/fsdp.py), which prices them as sharded:
-        # a tied model is searched up to ZeRO-2.
-        max_zero = min(framework.max_zero, 2) if tied else framework.max_zero
+        # embedding/head weights stay whole under the runtime's FSDP2 (runtime/fsdp.py), which
+        # ZeRO-2/3 prices as sharded: a tied model is searched up to ZeRO-1.
+        max_zero = min(framework.max_zero, 1) if tied else framework.max_zero
         try:
             found = best_sharding(p, lambda q: estimate(graph, cluster, q, profiles=profiles,
                                                         framework=framework), max_zero)

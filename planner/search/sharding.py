@@ -2,15 +2,14 @@
 replicas of different shapes, the per-replica shard fractions, chosen by `estimate`.
 
 Variants of a multi-pipeline plan, all priced by `estimate` (the one judge):
-- ZeRO 0 and 1 always; 2 also over replicas of different shapes (the runtime reduce-scatters
-  gradients onto its own slices, `runtime/zero.py`, uneven fractions included); 3 only over
-  identical replicas (FSDP2's even shards); 2 and 3 only without expert or context
-  parallelism. What is priced is what runs.
+- ZeRO 0 and 1 always; 2 and 3 only over identical replicas without expert or context
+  parallelism, where the runtime runs them with FSDP2's even shards, so what is priced is what
+  runs.
 - Over replicas of different shapes or GPUs, ZeRO-1 with Cephalo's split (Cephalo, 2024,
   heterogeneous FSDP): a replica's share of the sharded state follows the memory it has left
   after its activations and unsharded state, apart from its batch share (which follows its
   speed): f_p ∝ (free GiB of its tightest GPU) / (that GPU's shardable GiB). The runtime cuts
-  its ZeRO-1/2 slices in these proportions.
+  the ZeRO-1 slices in these proportions.
 The best is the feasible variant of least iteration time; ties go to the lower ZeRO stage,
 then to even shards (less to go wrong at the same speed).
 """
@@ -32,7 +31,7 @@ def _identical(plan: Plan) -> bool:
 
 def _fsdp_runs(plan: Plan) -> bool:
     """The runtime runs ZeRO-2/3 as priced (FSDP2, `runtime/fsdp.py`): identical replicas, no
-    expert- or context-parallel stage (those run ZeRO-1 on the runtime's slices)."""
+    expert- or context-parallel stage (those stay on the ZeRO-1 slices)."""
     return _identical(plan) and all((st.ep or 1) == 1 and (st.cp or 1) == 1
                                     for p in plan.pipelines for st in p.stages)
 
@@ -53,10 +52,7 @@ def sharding_variants(plan: Plan, max_zero: int = 3) -> list[Plan]:
     itself first)."""
     if len(plan.pipelines) < 2:
         return [plan]
-    plain = all((st.ep or 1) == 1 and (st.cp or 1) == 1 for p in plan.pipelines
-                for st in p.stages)  # ZeRO-2 on the runtime's slices: no ep or cp stage
-    top = 3 if _fsdp_runs(plan) else 2 if plain else 1
-    levels = tuple(z for z in range(top + 1) if z <= max_zero)
+    levels = tuple(z for z in ((0, 1, 2, 3) if _fsdp_runs(plan) else (0, 1)) if z <= max_zero)
     return [plan] + [_with(plan, z) for z in levels if z != plan.zero_stage
                      or plan.pipelines[0].shard_fraction is not None]
 
