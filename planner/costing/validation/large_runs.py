@@ -50,7 +50,7 @@ from planner.costing.megatron import megatron_plan
 from planner.costing.validation.common import FileReport, Row, graph_for, summarise
 from planner.errors import HetplanError
 
-__all__ = ["fused_framework", "large_run_reports", "torchtitan_framework"]
+__all__ = ["fused_framework", "large_run_reports", "large_run_row", "torchtitan_framework"]
 
 _LLAMA = {"architecture": "llama", "training": {"precision": "bf16"}}
 _GPT = {"architecture": "gpt", "training": {"precision": "bf16"}}
@@ -63,6 +63,8 @@ MODELS: dict[str, dict[str, Any]] = {
     "Llama3.1-405B": {"zoo": "llama3-405b"},
     "LLAMA3-8B": {"zoo": "llama3-8b"},
     "LLAMA3-70B": {"zoo": "llama3-70b"},
+    "LLAMA3-405B": {"zoo": "llama3-405b"},
+    "LLAMA3.1-405B": {"zoo": "llama3-405b"},
     # Llama 2 (Touvron et al. 2023, Table 1 and the HF config.json files).
     "Llama2-13B": {**_LLAMA, "name": "llama2-13b", "hidden_size": 5120, "num_layers": 40,
                    "num_attention_heads": 40, "ffn_hidden_size": 13824, "vocab_size": 32000},
@@ -201,6 +203,10 @@ def _costed(label: str, measured: float, *run_args: Any, tflops: bool = False,
         return Row(label, measured, None, used=False, note=str(exc))
     return Row(label, measured, tf if tflops else tok, feasible=feasible, used=used, note=note,
                framework=fw_name)
+
+
+large_run_row = _costed
+"""One priced row (the other measurement modules' entry point; arguments as `_costed`)."""
 
 
 def _ac(text: str) -> str:
