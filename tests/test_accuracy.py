@@ -122,6 +122,30 @@ def test_megatron_record_covers_every_nemo_table(reports: dict) -> None:
     assert rep.mape_pct <= 6.5
 
 
+@pytest.mark.parametrize(("group", "counted", "target_pct"), [
+    # Measured when the file was added: 22.9 % (A100 80GB) and 42.7 % (H100 80GB); the error
+    # grows with the sequence length (docs/cost-model.md, "MPT / llm-foundry").
+    ("a100_80gb", 61, 24.0),
+    ("h100_80gb", 52, 44.0),
+])
+def test_mpt_llm_foundry_at_measured_figure(reports: dict, group: str, counted: int,
+                                            target_pct: float) -> None:
+    """llm-foundry's published MPT tables (FSDP, 125M-70B, 512-65536 tokens): every bf16 row
+    priced, MAPE no worse than when the file was added, rows ranked right (Spearman)."""
+    rep = reports[("mpt_llm_foundry.csv", group)]
+    assert rep.counted == counted
+    assert rep.mape_pct <= target_pct
+    assert rep.spearman >= 0.95
+    fp8 = reports[("mpt_llm_foundry.csv", "h100_80gb fp8")]
+    assert fp8.counted == 0 and len(fp8.rows) == 10  # reported, not counted
+
+
+@pytest.mark.xfail(strict=True, reason="MPT: 32 % over the bf16 rows; attention at long "
+                   "sequences and 2023 H100 software are priced too fast (docs/cost-model.md)")
+def test_mpt_llm_foundry_within_ten_percent(reports: dict) -> None:
+    assert reports[("mpt_llm_foundry.csv", "all")].mape_pct <= 10.0
+
+
 def test_torchtitan_checkpointing_ratios(reports: dict) -> None:
     """Ratios between rows of one model cancel the GEMM efficiency: they check the recompute
     model alone. Llama 2 13B (torchtitan, A100): no checkpointing 2162 tokens/s, selective op

@@ -84,6 +84,14 @@ MODELS: dict[str, dict[str, Any]] = {
     "GPT3-20B": {**_GPT, "name": "gpt3-20b", "hidden_size": 6144, "num_layers": 44,
                  "num_attention_heads": 48, "vocab_size": 51200},
     "GPT3-175B": {"zoo": "gpt3-175b"},
+    # MosaicML MPT (llm-foundry scripts/train/yamls/pretrain/mpt-*.yaml: d_model, n_heads,
+    # n_layers; expansion_ratio 4, vocab_size 50368, learned positions in the benchmark runs).
+    **{f"mpt-{size}": {**_GPT, "name": f"mpt-{size}", "hidden_size": h, "num_layers": n,
+                       "num_attention_heads": a, "vocab_size": 50368}
+       for size, h, a, n in (("125m", 768, 12, 12), ("350m", 1024, 16, 24),
+                             ("760m", 1536, 12, 24), ("1b", 2048, 16, 24), ("3b", 2560, 20, 32),
+                             ("7b", 4096, 32, 32), ("13b", 5120, 40, 40), ("30b", 7168, 56, 48),
+                             ("70b", 8192, 64, 80))},
     # BLOOM (BigScience 2022, Table 1); MT-NLG (Smith et al. 2022, §2): 105 layers, h20480.
     "BLOOM-176B": {**_GPT, "name": "bloom-176b", "hidden_size": 14336, "num_layers": 70,
                    "num_attention_heads": 112, "vocab_size": 250880},
