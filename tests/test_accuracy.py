@@ -123,8 +123,9 @@ def test_megatron_record_covers_every_nemo_table(reports: dict) -> None:
 
 
 @pytest.mark.parametrize(("group", "counted", "target_pct"), [
-    # Measured when the file was added: 22.9 % (A100 80GB) and 42.7 % (H100 80GB); the error
-    # grows with the sequence length (docs/cost-model.md, "MPT / llm-foundry").
+    # Measured when the file was added: 13.6 % (A100 40GB), 22.9 % (A100 80GB), 42.7 % (H100
+    # 80GB); the error grows with the sequence length (docs/cost-model.md, "MPT / llm-foundry").
+    ("a100_40gb", 78, 14.5),
     ("a100_80gb", 61, 24.0),
     ("h100_80gb", 52, 44.0),
 ])
@@ -140,7 +141,7 @@ def test_mpt_llm_foundry_at_measured_figure(reports: dict, group: str, counted: 
     assert fp8.counted == 0 and len(fp8.rows) == 10  # reported, not counted
 
 
-@pytest.mark.xfail(strict=True, reason="MPT: 32 % over the bf16 rows; attention at long "
+@pytest.mark.xfail(strict=True, reason="MPT: 24.5 % over the bf16 rows; attention at long "
                    "sequences and 2023 H100 software are priced too fast (docs/cost-model.md)")
 def test_mpt_llm_foundry_within_ten_percent(reports: dict) -> None:
     assert reports[("mpt_llm_foundry.csv", "all")].mape_pct <= 10.0

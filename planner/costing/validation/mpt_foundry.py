@@ -32,7 +32,8 @@ __all__ = ["LLM_FOUNDRY", "MPT_FILE", "mpt_reports"]
 
 MPT_FILE = "mpt_llm_foundry.csv"
 
-_GPUS = {"h100_80gb": "H100-SXM5-80GB", "a100_80gb": "A100-SXM4-80GB"}
+_GPUS = {"h100_80gb": "H100-SXM5-80GB", "a100_80gb": "A100-SXM4-80GB",
+         "a100_40gb": "A100-SXM4-40GB"}
 
 DGX_H100_NIC_GBPS = 3200.0
 """NVIDIA DGX H100 datasheet: 8 × 400 Gb/s ConnectX-7 per node (the H100 tables state none)."""
@@ -85,7 +86,7 @@ def _rows(path: Path, profiles: ProfileSet) -> dict[str, list[Row]]:
 
 
 def mpt_reports(data_dir: Path, profiles: ProfileSet) -> list[FileReport]:
-    """Per GPU table (a100_80gb, h100_80gb, h100_80gb fp8) and all bf16 rows together."""
+    """Per GPU table (a100_40gb, a100_80gb, h100_80gb, h100_80gb fp8) and all rows together."""
     path = data_dir / MPT_FILE
     if not path.exists():
         return []
