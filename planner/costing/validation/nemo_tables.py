@@ -18,6 +18,7 @@ memory verdict is reported, not used.
 from __future__ import annotations
 
 import csv
+import dataclasses
 from pathlib import Path
 
 from cost_models.catalog import get_gpu
@@ -55,9 +56,7 @@ def _rows(path: Path, gpu_name: str, profiles: ProfileSet) -> list[Row]:
                 DGX_NIC_GBPS, tp, pp, vp, int(r["mbs"]), int(r["gbs"]), "none", fsdp > 0,
                 profiles, fused_framework)
             if fsdp and row.predicted is not None and not row.feasible:
-                row = Row(row.label, row.measured, row.predicted, feasible=False,
-                          used=row.used, note="no FSDP param sharding: OOM verdict not used",
-                          framework=row.framework)
+                row = dataclasses.replace(row, note="no FSDP param sharding: OOM verdict not used")
             rows.append(row)
     return rows
 
