@@ -58,6 +58,8 @@ def run_all(data_dir: Path, modes: tuple[str, ...] = MODES,
             progress(f"{mode}, large runs")
         reports += large_run_reports(data_dir, profiles)
         reports += nemo_table_reports(data_dir, profiles)
+        if progress and (data_dir / "mpt_llm_foundry.csv").exists():
+            progress(f"{mode}, mpt_llm_foundry.csv")
         reports += mpt_reports(data_dir, profiles)
         reports += per_framework_reports(reports)
         out[mode] = reports
