@@ -10,9 +10,9 @@ every key). Only that causal part is computed, and no queries × keys mask is bu
   memory-efficient kernel (lower-right causal natively) when they accept the inputs.
 - CPU: torch 2.13 has no lower-right CPU kernel (`causal_lower_right` falls back to
   materialising the L × S mask, and the CPU flash kernel saves it for the backward). So each
-  chunk is split at its diagonal: the keys before it, all visible (no mask), and the
-  diagonal block, causal with as many keys as queries (where both alignments agree), each
-  through the CPU flash kernel, merged by their log-sum-exps. Their backwards are the
+  chunk's keys are split into blocks: the diagonal block, causal with as many keys as
+  queries (where both alignments agree), and the keys before it, all visible (no mask),
+  each block through the CPU flash kernel, merged by their log-sum-exps. Their backwards are the
   kernel's own, given the merged output and log-sum-exp (a block's share of the softmax
   gradient needs only those: Dao, "FlashAttention-2", 2023, Algorithm 2; the merge is the
   ring attention one, Liu et al. 2023).
@@ -33,9 +33,12 @@ _fwd = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
 _bwd = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward
 
 
-def _spans(ends: tuple[int, ...], n: int) -> list[tuple[int, int, int]]:
-    """(first query, keys before the diagonal, diagonal end) of each query chunk of n."""
-    return [(j * n, e - n, e) for j, e in enumerate(ends)]
+def _blocks(end: int, n: int) -> list[tuple[int, int, bool]]:
+    """Key blocks (first, end, causal) of a query chunk of n ending at key `end`: the
+    diagonal block, causal, then the fully visible keys before it in blocks of at most n
+    (so the backward holds one block's K/V gradient at a time beside the whole ones)."""
+    return [(end - n, end, True)] + [(a, min(a + n, end - n), False)
+                                     for a in range(0, end - n, n)]
 
 
 class _PrefixCausalCpu(torch.autograd.Function):
@@ -45,17 +48,22 @@ class _PrefixCausalCpu(torch.autograd.Function):
     def forward(ctx: Any, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                 ends: tuple[int, ...], scale: float) -> torch.Tensor:
         n = q.shape[2] // len(ends)
+        acc = torch.promote_types(q.dtype, torch.float32)  # merge bf16 blocks in fp32
         outs, lses = [], []
-        for first, past, end in _spans(ends, n):
-            qj = q[:, :, first:first + n]
-            o, lse = _fwd(qj, k[:, :, past:end], v[:, :, past:end], 0.0, True, scale=scale)
-            if past > 0:  # merge the fully visible keys before the diagonal block
-                o_p, lse_p = _fwd(qj, k[:, :, :past], v[:, :, :past], 0.0, False, scale=scale)
-                total = torch.logaddexp(lse, lse_p)
+        for j, end in enumerate(ends):
+            qj = q[:, :, j * n:(j + 1) * n]
+            o = lse = None
+            for a, b, causal in _blocks(end, n):
+                o_b, lse_b = _fwd(qj, k[:, :, a:b], v[:, :, a:b], 0.0, causal, scale=scale)
+                if o is None or lse is None:
+                    o, lse = o_b.to(acc), lse_b
+                    continue
+                total = torch.logaddexp(lse, lse_b)  # softmax over both blocks' keys
                 o = ((lse - total).exp().unsqueeze(-1) * o
-                     + (lse_p - total).exp().unsqueeze(-1) * o_p).to(q.dtype)
+                     + (lse_b - total).exp().unsqueeze(-1) * o_b.to(acc))
                 lse = total
-            outs.append(o)
+            assert o is not None
+            outs.append(o.to(q.dtype))
             lses.append(lse)
         out, lse = torch.cat(outs, dim=2), torch.cat(lses, dim=2)
         ctx.save_for_backward(q, k, v, out, lse)
@@ -67,23 +75,18 @@ class _PrefixCausalCpu(torch.autograd.Function):
         q, k, v, out, lse = ctx.saved_tensors
         n = q.shape[2] // len(ctx.ends)
         grad = grad.contiguous()
-        dq = torch.empty_like(q)
+        dq = torch.zeros_like(q)
         dk, dv = torch.zeros_like(k), torch.zeros_like(v)
-        for first, past, end in _spans(ctx.ends, n):
-            rows = slice(first, first + n)
-            args = (grad[:, :, rows], q[:, :, rows])
-            saved = (out[:, :, rows], lse[:, :, rows], 0.0)
-            gq, gk, gv = _bwd(*args, k[:, :, past:end], v[:, :, past:end], *saved, True,
-                              scale=ctx.scale)
-            dk[:, :, past:end] += gk
-            dv[:, :, past:end] += gv
-            if past > 0:
-                gq_p, gk_p, gv_p = _bwd(*args, k[:, :, :past], v[:, :, :past], *saved, False,
-                                        scale=ctx.scale)
-                gq = gq + gq_p
-                dk[:, :, :past] += gk_p
-                dv[:, :, :past] += gv_p
-            dq[:, :, rows] = gq
+        for j, end in enumerate(ctx.ends):
+            rows = slice(j * n, (j + 1) * n)
+            for a, b, causal in _blocks(end, n):
+                # Each block's share of the gradient from the merged output and log-sum-exp.
+                gq, gk, gv = _bwd(grad[:, :, rows], q[:, :, rows], k[:, :, a:b],
+                                  v[:, :, a:b], out[:, :, rows], lse[:, :, rows], 0.0,
+                                  causal, scale=ctx.scale)
+                dq[:, :, rows] += gq
+                dk[:, :, a:b] += gk
+                dv[:, :, a:b] += gv
         return dq, dk, dv, None, None
 
 
