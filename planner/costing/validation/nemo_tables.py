@@ -18,7 +18,6 @@ memory verdict is reported, not used.
 from __future__ import annotations
 
 import csv
-import dataclasses
 from pathlib import Path
 
 from cost_models.catalog import get_gpu
@@ -47,17 +46,12 @@ def _rows(path: Path, gpu_name: str, profiles: ProfileSet) -> list[Row]:
             if r["model"] not in MODELS:
                 rows.append(Row(label, measured, None, used=False, note="model shape not known"))
                 continue
-            if cp > 1:
-                rows.append(Row(label, measured, None, used=False,
-                                note="context parallelism not modelled"))
-                continue
-            row = large_run_row(
+            # Megatron-FSDP shards parameters, gradients and optimizer state over the
+            # data-parallel GPUs (ZeRO-3); otherwise the distributed optimizer (ZeRO-1).
+            rows.append(large_run_row(
                 label, measured, r["model"], int(r["seq"]), r["precision"], gpu, int(r["gpus"]),
                 DGX_NIC_GBPS, tp, pp, vp, int(r["mbs"]), int(r["gbs"]), "none", fsdp > 0,
-                profiles, fused_framework)
-            if fsdp and row.predicted is not None and not row.feasible:
-                row = dataclasses.replace(row, note="no FSDP param sharding: OOM verdict not used")
-            rows.append(row)
+                profiles, fused_framework, cp=cp, zero=3 if fsdp else 1))
     return rows
 
 
