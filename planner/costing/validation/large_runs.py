@@ -8,8 +8,9 @@ throughput per GPU (tokens/s, or model TFLOP/s where that is what was published)
 - torchtitan `selective layer` / `selective op` activation checkpointing -> our `selective`;
   `full` -> `full`. NeMo and Megatron runs: distributed optimizer (zero1), overlap on,
   sequence parallelism when tp > 1, interleaving when vp > 1.
-Counted in the throughput metric: plain bf16 rows. Reported but not counted: torch.compile and
-float8 variants (kernel fusion and fp8 scaling are not modelled) and context parallelism.
+Counted in the throughput metric: plain bf16 rows, and NeMo's fp8 rows, context-parallel ones
+at their cp. Reported but not counted: torch.compile and float8 variants (kernel fusion and fp8
+scaling are not modelled) and torchtitan's and Llama 3's context parallelism.
 
 Framework properties (`planner.costing.Framework`), each a property of the framework that made
 the measurement, not a fitted constant:

@@ -9,10 +9,10 @@ and DGX B200 both carry eight 400 Gb/s ConnectX-7), distributed optimizer, seque
 when tp > 1, interleaving when vp > 1, fp8 GEMMs, executed by `hetplan frameworks`' megatron
 record (Megatron-Core with Transformer Engine, which is what NeMo runs).
 
-Counted: rows whose model shape is known and that use no context parallelism (cp > 1 is not
-modelled). FSDP rows (Megatron-FSDP) are priced like torchtitan's: data parallel with sharded
-optimizer state and overlapped gradient reduction; parameter sharding is not modelled, so their
-memory verdict is reported, not used.
+Counted: rows whose model shape is known. Context-parallel rows are priced with the plan's
+cp (the megatron record prices Megatron-Core's overlapped causal ring, `cost_models/context.py`);
+FSDP rows (Megatron-FSDP) at ZeRO-3: parameters, gradients and optimizer state sharded over the
+data-parallel GPUs, gathers prefetched and gradient reduce-scatters overlapped.
 """
 
 from __future__ import annotations
