@@ -96,7 +96,9 @@ class Framework:
     fused_kernels: bool = False
     """Fused elementwise chains (norm into GEMM, RoPE, SwiGLU / bias-GeLU, bias-dropout-add):
     each block's memory-bound traffic is `cost_models.fusion.fused_traffic_ratio` of the
-    eager graph's, from the block's own dimensions (on top of `memory_traffic_scale`)."""
+    eager graph's, from the block's own dimensions (on top of `memory_traffic_scale`), and a
+    block keeps for its backward what Transformer Engine's fused modules save, not what eager
+    autograd does (`cost_models.te_activations`)."""
     cp_ring_overlap: bool = False
     """Context parallelism's K/V exchange: True, a ring of p2p sends overlapped with the
     attention steps under a causal kernel (Megatron-Core `cp_comm_type="p2p"`, torchtitan's

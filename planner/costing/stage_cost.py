@@ -333,8 +333,10 @@ def _fused_ratio(layer: Layer, graph: LayerGraph) -> float:
 def _te_saved(layer: Layer, graph: LayerGraph, precision: str) -> tuple[float, float] | None:
     """(saved, replicated without SP) bytes per sequence of a block under Megatron-Core with
     Transformer Engine (`cost_models.te_activations`), from the block's dimensions as in
-    `_fused_ratio`; None for other layers or blocks without them."""
-    if layer.kind != "block" or len(layer.tp_dims) < 3 or graph.seq_len <= 0:
+    `_fused_ratio`; None for other layers, blocks without them and routed-expert blocks (their
+    top-k FFN copies are not in that count: the graph's bytes stay)."""
+    if (layer.kind != "block" or len(layer.tp_dims) < 3 or graph.seq_len <= 0
+            or layer.num_experts):
         return None
     h = layer.matmul_dim
     heads, kv_heads, ffn = layer.tp_dims[:3]
