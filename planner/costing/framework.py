@@ -82,6 +82,13 @@ class Framework:
     """The s×s attention probabilities are kept for the backward (eager attention)."""
     attention_dropout: bool = False
     """With `keeps_attention_probs`: attention dropout keeps its mask and dropped copy too."""
+    score_passes: tuple[int, int] = (0, 0)
+    """With `keeps_attention_probs`: (forward, backward) full reads plus writes of the s×s
+    attention scores by the unfused elementwise kernels between the two attention GEMMs
+    (scale, mask, softmax, dropout and their gradients), each moving a·s² elements per sequence
+    at the activation dtype through HBM; attention dropout adds its 1-byte mask, written
+    forward and read backward. The graph's memory traffic is a flash kernel's, which keeps
+    the scores on chip, so this is the eager attention's extra time (`stage_cost`)."""
     host_dispatch_overlapped: bool = False
     """Host dispatch runs ahead of the GPU (asynchronous launches, nothing synchronises per
     kernel): a pass costs max(GPU work + a small gap per kernel, dispatch of all kernels)
@@ -130,6 +137,9 @@ class Framework:
             raise ValueError("give both recompute fractions or neither")
         if self.attention_dropout and not self.keeps_attention_probs:
             raise ValueError("attention_dropout needs keeps_attention_probs")
+        if any(n < 0 for n in self.score_passes) or (any(self.score_passes)
+                                                    and not self.keeps_attention_probs):
+            raise ValueError("score_passes must be >= 0 and needs keeps_attention_probs")
 
 
 DEFAULT_FRAMEWORK = Framework()
@@ -148,7 +158,7 @@ DEEPSPEED_PIPELINE = Framework(max_zero=1, name="deepspeed-pipeline", attention_
 
 SAILOR_DEEPSPEED = Framework(name="sailor-deepspeed-megatron", attention_flops_share=1.0,
                              max_zero=1, pads_vocab=True, tied_grad_pairs=True,
-                             keeps_attention_probs=True)
+                             keeps_attention_probs=True, score_passes=(4, 5))
 """Sailor's runs: Megatron-DeepSpeed with DeepSpeed's pipeline engine (`deepspeed/pipe_engine.py`
 in Sailor's repository), non-blocking as `MEGATRON_EAGER` prices it (docs/cost-model.md §7).
 Its attention is eager: `baddbmm` scores, `FusedScaleMaskSoftmax`, `bmm` with the kept
