@@ -189,7 +189,7 @@ def _layer_costs(layer: Layer, graph: LayerGraph, gpu: GpuSpec, tp: int, mb: int
         bwd_memory_bytes=b * (2 * layer.fwd_memory_bytes * mem_share + score_bwd / ts),
         gemm_width=max(width, 1.0),
         gemm_scale=layer_gemm_factors(layer, graph.seq_len, gpu, precision, ts, b,
-                                      share),
+                                      share, fw.eager_attention_gemms),
         kernels_fwd=_KERNELS.get(layer.kind, KERNELS_PER_BLOCK_FWD),
     )
     fwd, bwd_act, bwd_w = layer_compute_s(work, gpu, precision, fw.host_dispatch_overlapped)
@@ -337,7 +337,8 @@ def _attention_probs_bytes(layer: Layer, graph: LayerGraph, fw: Framework) -> fl
 def _score_traffic_bytes(layer: Layer, graph: LayerGraph, fw: Framework) -> tuple[float, float]:
     """(forward, backward) HBM bytes per sequence that an eager attention's elementwise kernels
     move over the s×s scores (`Framework.score_passes`), beyond the graph's flash traffic."""
-    if not fw.keeps_attention_probs or layer.kind != "block" or not layer.tp_dims:
+    if (not fw.keeps_attention_probs or not any(fw.score_passes) or layer.kind != "block"
+            or not layer.tp_dims):
         return 0.0, 0.0
     elements = layer.tp_dims[0] * graph.seq_len ** 2
     mask = 1.0 if fw.attention_dropout else 0.0
