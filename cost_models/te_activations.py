@@ -20,8 +20,10 @@ Korthikanti's GPT accounting (34·s·h without the 5·a·s²/h attention term, i
 of dropout masks) is this count with h-wide Q, K, V, a 4h GeLU MLP and the two masks added.
 
 fp8 (Transformer Engine `fp8_autocast`): each fp8 GEMM saves the fp8 (1-byte) cast of its input
-for the weight gradient, not the bf16 tensor (TE `Linear` / `LayerNormLinear` save `inputmat`
-after the cast, `ln_out` in fp8 when the GEMM runs in fp8). The norm inputs, the attention
+for the weight gradient, not the bf16 tensor (TE `transformer_engine/pytorch/module/linear.py`,
+`_Linear.forward`: `saved_inputmat` is the fp8 `inputmat`, or its fp8 transpose `inputmat_t`,
+one copy either way, unless the recipe overrides wgrad precision; `LayerNormLinear` keeps
+`ln_out` the same way). The norm inputs, the attention
 tensors (fp8 attention is off by default, `fp8_dot_product_attention`) and the SwiGLU input
 (`activation_func_fp8_input_store` is off by default) stay in the activation dtype; O is then
 kept twice, bf16 for the attention backward and its fp8 cast for the projection's.
