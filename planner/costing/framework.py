@@ -217,6 +217,9 @@ MEGATRON_CORE = Framework(
         "ParallelLinear fuses the norm into the GEMM, fused RoPE (apply_rotary_pos_emb_fused),"
         " bias_swiglu / bias_gelu fusions, bias_dropout_add fusion",
         "TE DotProductAttention (flash / cuDNN fused attention), attn_mask_type=causal",
+        "saved activations: TE LayerNormLinear / Linear keep the norm input and the GEMM "
+        "input (its fp8 cast under fp8, transformer_engine/pytorch/module/linear.py), fused "
+        "SwiGLU its input (cost_models/te_activations.py)",
         "megatron/core/distributed: DistributedDataParallel overlap_grad_reduce (bucketed "
         "reduce-scatter during backward) and distributed optimizer overlap_param_gather "
         "(all-gather during forward)",
