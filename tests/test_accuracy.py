@@ -20,6 +20,60 @@ def reports() -> dict[tuple[str, str], FileReport]:
     return {(r.file, r.group): r for r in run_all(DATA, modes=("profiles",))["profiles"]}
 
 
+@pytest.fixture(scope="module")
+def analytic() -> dict[tuple[str, str], FileReport]:
+    """AMP and Sailor without profiles (the large-run files have none, so both modes agree)."""
+    from cost_models.profiles import ProfileSet
+    from planner.costing.validation.amp import amp_reports
+    from planner.costing.validation.sailor import sailor_reports
+
+    none = ProfileSet()
+    return {(r.file, r.group): r for r in amp_reports(DATA, none) + sailor_reports(DATA, none)}
+
+
+# Regression ceilings: the figures measured when they were last changed (docs/cost-model.md §7)
+# plus a small margin, so a change that makes a file worse fails here.
+_ANALYTIC_MAPE = {  # (file, group): (measured %, ceiling %)
+    ("amp_measured_plans.csv", "homogeneous"): (42.0, 42.5),
+    ("amp_measured_plans.csv", "het_cluster"): (29.4, 30.0),
+    ("sailor_measured_plans.csv", "clariden"): (13.8, 14.5),
+    ("sailor_measured_plans.csv", "mit"): (40.7, 41.5),
+    ("sailor_measured_plans.csv", "all"): (20.1, 21.0),
+}
+_PROFILE_MAPE = {
+    ("amp_measured_plans.csv", "homogeneous"): (4.8, 5.3),
+    ("amp_measured_plans.csv", "het_cluster"): (13.9, 14.4),
+    ("sailor_measured_plans.csv", "clariden"): (9.8, 10.3),
+    ("sailor_measured_plans.csv", "mit"): (10.4, 10.9),
+    ("sailor_measured_plans.csv", "all"): (9.9, 10.4),
+    ("torchtitan_a100.csv", "all"): (9.1, 9.6),
+    ("torchtitan_h100.csv", "all"): (8.3, 8.8),
+    ("nemo_h100.csv", "all"): (3.1, 3.6),
+    ("llama3_405b.csv", "all"): (5.2, 5.7),
+    ("historic_runs.csv", "all"): (8.5, 9.0),
+}
+
+
+@pytest.mark.parametrize("key", sorted(_ANALYTIC_MAPE))
+def test_analytic_mape_does_not_regress(analytic: dict, key: tuple[str, str]) -> None:
+    assert analytic[key].mape_pct <= _ANALYTIC_MAPE[key][1]
+
+
+@pytest.mark.parametrize("key", sorted(_PROFILE_MAPE))
+def test_mape_with_profiles_does_not_regress(reports: dict, key: tuple[str, str]) -> None:
+    assert reports[key].mape_pct <= _PROFILE_MAPE[key][1]
+
+
+def test_rankings_do_not_regress(reports: dict, analytic: dict) -> None:
+    """Spearman ρ as last measured, less 0.01: AMP het 0.718 with profiles (the issue's floor
+    is 0.7), Sailor all 0.989 / 0.978 analytic, AMP T4 0.990 / 0.919 analytic."""
+    assert reports[("amp_measured_plans.csv", "het_cluster")].spearman >= 0.708
+    assert reports[("amp_measured_plans.csv", "homogeneous")].spearman >= 0.98
+    assert reports[("sailor_measured_plans.csv", "all")].spearman >= 0.979
+    assert analytic[("amp_measured_plans.csv", "homogeneous")].spearman >= 0.909
+    assert analytic[("sailor_measured_plans.csv", "all")].spearman >= 0.968
+
+
 def test_amp_t4_mape_and_rank(reports: dict) -> None:
     r = reports[("amp_measured_plans.csv", "homogeneous")]
     assert r.counted >= 40
@@ -98,28 +152,33 @@ def test_large_runs_within_ten_percent(reports: dict, file: str) -> None:
 
 
 @pytest.mark.parametrize(("file", "counted", "target_pct"), [
-    # Measured when the files were added: 9.0 % over 4 rows, 6.3 % over 6 rows.
-    ("nemo_b200.csv", 4, 9.5),
-    ("nemo_h100_2025.csv", 6, 7.0),
+    # Measured with the context-parallel rows priced at their cp and the Megatron-FSDP rows at
+    # ZeRO-3: 4.29 % over 9 rows (was 3.10 % over the 7 rows without CP), 8.07 % over 8 (was
+    # 9.01 % over 4), 5.06 % over 9 (was 6.26 % over 6).
+    ("nemo_h100.csv", 9, 4.6),
+    ("nemo_b200.csv", 8, 8.5),
+    ("nemo_h100_2025.csv", 9, 5.5),
 ])
-def test_nemo_2025_tables(reports: dict, file: str, counted: int, target_pct: float) -> None:
-    """NeMo 25.02 and Megatron-Bridge 25.09-26.02 published tables (DGX-B200, DGX-H100, fp8):
-    every counted row priced, MAPE at the figure measured when they were added (small margin),
-    and every row whose layout hetplan cannot express says why instead of vanishing."""
+def test_nemo_tables(reports: dict, file: str, counted: int, target_pct: float) -> None:
+    """NeMo 24.07, 25.02 and Megatron-Bridge 25.09-26.02 published tables (DGX-H100, DGX-B200,
+    fp8): every row of a known model shape priced, context parallelism and FSDP included, MAPE
+    at the measured figure (small margin), every run judged to fit in memory (they ran), and
+    the rows left out (unknown shapes) say why instead of vanishing."""
     rep = reports[(file, "all")]
     assert rep.counted == counted
     assert rep.mape_pct <= target_pct
-    assert all(x.note for x in rep.rows if not x.used)
+    assert all(x.feasible for x in rep.rows if x.used)
+    assert {x.note for x in rep.rows if not x.used} <= {"model shape not known"}
 
 
 def test_megatron_record_covers_every_nemo_table(reports: dict) -> None:
     """The per-framework report of the megatron record gathers the counted rows of every NeMo
-    file (7 + 4 + 6); measured 5.6 % when the 2025 tables were added."""
+    file (9 + 8 + 9); measured 5.72 % (5.60 % over the 17 rows counted before CP and FSDP)."""
     rep = reports[("per framework", "megatron")]
     nemo = sum(reports[(f, "all")].counted
                for f in ("nemo_h100.csv", "nemo_b200.csv", "nemo_h100_2025.csv"))
-    assert rep.counted == nemo == 17
-    assert rep.mape_pct <= 6.5
+    assert rep.counted == nemo == 26
+    assert rep.mape_pct <= 6.2
 
 
 @pytest.mark.parametrize(("group", "counted", "target_pct"), [

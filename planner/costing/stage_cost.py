@@ -24,6 +24,7 @@ from cost_models.memory import (
 )
 from cost_models.moe import DEFAULT_CAPACITY_FACTOR
 from cost_models.profiles import ProfileSet, default_profiles
+from cost_models.te_activations import te_block_replicated_bytes, te_block_saved_bytes
 from planner.costing.framework import DEFAULT_FRAMEWORK, Framework
 from planner.costing.layer_gemms import layer_gemm_factors
 from planner.costing.links import link_of_kind
@@ -203,14 +204,16 @@ def _layer_costs(layer: Layer, graph: LayerGraph, gpu: GpuSpec, tp: int, mb: int
     # the same on every rank, as in the ring.
     share = fw.attention_flops_share
     skipped = (1.0 - share) * layer.fwd_attention_flops
+    score_fwd, score_bwd = _score_traffic_bytes(layer, graph, fw)
     work = LayerWork(
         fwd_matmul_flops=b * (layer.fwd_matmul_flops - skipped + extra) / ts,
         bwd_act_matmul_flops=b * (layer.bwd_act_flops * mm_frac - 2 * skipped + extra) / ts,
         bwd_weight_matmul_flops=b * (layer.bwd_weight_flops * mm_frac + extra) / ts,
-        fwd_memory_bytes=b * layer.fwd_memory_bytes * mem_share,
+        fwd_memory_bytes=b * (layer.fwd_memory_bytes * mem_share + score_fwd / ts),
+        bwd_memory_bytes=b * (2 * layer.fwd_memory_bytes * mem_share + score_bwd / ts),
         gemm_width=max(width, 1.0),
         gemm_scale=layer_gemm_factors(layer, graph.seq_len, gpu, precision, ts, b,
-                                      share),
+                                      share, fw.eager_attention_gemms),
         kernels_fwd=_KERNELS.get(layer.kind, KERNELS_PER_BLOCK_FWD),
     )
     fwd, bwd_act, bwd_w = layer_compute_s(work, gpu, precision, fw.host_dispatch_overlapped)
@@ -291,6 +294,15 @@ def _layer_costs(layer: Layer, graph: LayerGraph, gpu: GpuSpec, tp: int, mb: int
         bwd += memory_s(b * dropped / t, gpu)
     rep_per_seq = 10.0 * graph.seq_len * layer.matmul_dim * graph.dtype_bytes / 2
     saved = layer.saved_bytes(recompute)  # type: ignore[arg-type]
+    whole = layer.activation_bytes
+    te = _te_saved(layer, graph, precision) if fw.fused_kernels else None
+    if te is not None:
+        # Transformer Engine's fused modules keep less than eager autograd, fp8 casts of the
+        # GEMM inputs under fp8 (cost_models/te_activations.py); selective recompute of the
+        # attention core frees nothing a flash kernel keeps.
+        whole, te_rep = te
+        if recompute != "full":
+            saved, rep_per_seq = whole, te_rep
     if recompute == "full" or layer.kind != "block":
         rep_per_seq = saved if layer.kind == "block" else 0.0
     act = activation_bytes_per_gpu(b * saved, b * rep_per_seq, t, sp) if split else b * saved
@@ -299,8 +311,7 @@ def _layer_costs(layer: Layer, graph: LayerGraph, gpu: GpuSpec, tp: int, mb: int
     probs = b * _attention_probs_bytes(layer, graph, fw) / ts
     transient = 0.0
     if recompute != "none":
-        transient = activation_bytes_per_gpu(
-            b * (layer.activation_bytes - saved), 0.0, t, sp) + probs
+        transient = activation_bytes_per_gpu(b * max(0.0, whole - saved), 0.0, t, sp) + probs
     else:
         act += probs
     experts = layer.expert_params / ep / ts if layer.num_experts else 0.0
@@ -351,6 +362,25 @@ def _fused_ratio(layer: Layer, graph: LayerGraph) -> float:
                                rotary=gated, dtype_bytes=graph.dtype_bytes)
 
 
+def _te_saved(layer: Layer, graph: LayerGraph, precision: str) -> tuple[float, float] | None:
+    """(saved, replicated without SP) bytes per sequence of a block under Megatron-Core with
+    Transformer Engine (`cost_models.te_activations`), from the block's dimensions as in
+    `_fused_ratio`; None for other layers, blocks without them and routed-expert blocks (their
+    top-k FFN copies are not in that count: the graph's bytes stay)."""
+    if (layer.kind != "block" or len(layer.tp_dims) < 3 or graph.seq_len <= 0
+            or layer.num_experts):
+        return None
+    h = layer.matmul_dim
+    heads, kv_heads, ffn = layer.tp_dims[:3]
+    kv = h // max(heads, 1) * kv_heads
+    gated = layer.params - (h * (h + 2 * kv) + h * h) > 2.5 * h * ffn
+    d = graph.dtype_bytes
+    f = 1 if precision == "fp8" else d
+    return (te_block_saved_bytes(graph.seq_len, h, ffn, kv, heads, gated=gated, dtype_bytes=d,
+                                 gemm_input_bytes=f),
+            te_block_replicated_bytes(graph.seq_len, h, dtype_bytes=d, gemm_input_bytes=f))
+
+
 def _attention_probs_bytes(layer: Layer, graph: LayerGraph, fw: Framework) -> float:
     """Bytes per sequence an eager attention keeps beyond what the graph (flash) records: the
     probabilities (a·s² elements at the activation dtype), with dropout also its 1-byte mask
@@ -360,6 +390,19 @@ def _attention_probs_bytes(layer: Layer, graph: LayerGraph, fw: Framework) -> fl
     per_element = graph.dtype_bytes * (2 if fw.attention_dropout else 1)
     per_element += 1 if fw.attention_dropout else 0
     return layer.tp_dims[0] * graph.seq_len ** 2 * per_element
+
+
+def _score_traffic_bytes(layer: Layer, graph: LayerGraph, fw: Framework) -> tuple[float, float]:
+    """(forward, backward) HBM bytes per sequence that an eager attention's elementwise kernels
+    move over the s×s scores (`Framework.score_passes`), beyond the graph's flash traffic."""
+    if (not fw.keeps_attention_probs or not any(fw.score_passes) or layer.kind != "block"
+            or not layer.tp_dims):
+        return 0.0, 0.0
+    elements = layer.tp_dims[0] * graph.seq_len ** 2
+    mask = 1.0 if fw.attention_dropout else 0.0
+    fwd_passes, bwd_passes = fw.score_passes
+    return (elements * (fwd_passes * graph.dtype_bytes + mask),
+            elements * (bwd_passes * graph.dtype_bytes + mask))
 
 
 _NO_PROFILES = ProfileSet()
