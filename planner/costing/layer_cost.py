@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from cost_models.comm import Link, allgather_s, allreduce_s, alltoall_s
 from cost_models.compute import LayerWork, adam_step_s, gemm_s, layer_compute_s, memory_s
-from cost_models.context import ring_attention_exposed_s
+from cost_models.context import gathered_kv_memory_bytes, ring_attention_exposed_s
 from cost_models.efficiency import KERNELS_PER_BLOCK_FWD, constants_for
 from cost_models.fusion import fused_traffic_ratio
 from cost_models.gpu import GpuSpec
@@ -46,9 +46,10 @@ def layer_costs(layer: Layer, graph: LayerGraph, gpu: GpuSpec, tp: int, mb: int,
                 context: tuple[int, Link | None] = (1, None),
                 ) -> tuple[float, ...]:
     """(fwd, bwd, bwd_weight, params/GPU, activation bytes/GPU, update, transient, recompute,
-    routed-expert params/GPU) of one layer; `bwd` includes the recompute time. `moe` is
-    (expert-parallel degree, the all-to-all's link, capacity factor) for a mixture-of-experts
-    layer; `context` is (context-parallel degree, its ring's link)."""
+    routed-expert params/GPU, gathered K/V activation bytes, gathered K/V transient) of one
+    layer; `bwd` includes the recompute time; the last two are parts of the activation and
+    transient bytes. `moe` is (expert-parallel degree, the all-to-all's link, capacity factor)
+    for a mixture-of-experts layer; `context` is (context-parallel degree, its ring's link)."""
     cp, cp_link = context
     # Context parallelism gives each GPU seq/cp of every sequence: 2 of 2·cp zig-zag chunks,
     # so even the causal attention core divides evenly (Megatron-Core context parallelism;
@@ -177,7 +178,15 @@ def layer_costs(layer: Layer, graph: LayerGraph, gpu: GpuSpec, tp: int, mb: int,
     else:
         act += probs
     experts = layer.expert_params / ep / ts if layer.num_experts else 0.0
-    return fwd, bwd, bwd_w, params, act, update, transient, bwd - no_recompute_bwd, experts
+    ctx_act = ctx_transient = 0.0
+    if gathered:  # every rank holds the whole sequences' K/V for attention (runtime/context.py)
+        mask = graph.seq_len / cp * graph.seq_len * graph.dtype_bytes
+        ctx_act, ctx_transient = gathered_kv_memory_bytes(
+            mb * kv_bytes_per_sequence(layer, graph) / ts, mask, cp, recompute)
+        act += ctx_act
+        transient += ctx_transient
+    return (fwd, bwd, bwd_w, params, act, update, transient, bwd - no_recompute_bwd, experts,
+            ctx_act, ctx_transient)
 
 
 def _ring_exposed_s(layer: Layer, graph: LayerGraph, gpu: GpuSpec, b: float, ts: int, cp: int,

@@ -49,12 +49,19 @@ class StageCost:
     optimizer_step_s: float
     """Adam step for this GPU's parameters (memory-bound), unsharded."""
     recompute_transient_bytes: float = 0.0
-    """Extra bytes the backward of one recomputed layer needs at once (0 without recompute)."""
+    """Extra bytes the backward of one layer needs at once: its recomputed activations, and
+    under context parallelism the gathered K/V's (0 without recompute or cp)."""
     recompute_s: float = 0.0
     """The part of `bwd_s` spent re-running forward work (drawn apart in Gantt charts)."""
     expert_optimizer_bytes_per_gpu: float = 0.0
     """The part of `optimizer_bytes_per_gpu` in routed experts: ZeRO-1 shards it over the
     expert-data-parallel group (DP / ep), not over DP."""
+    context_activation_bytes_per_microbatch: float = 0.0
+    """The part of `activation_bytes_per_microbatch` that is other cp ranks' K/V, gathered
+    and saved for the backward (cost_models/context.py: gathered_kv_memory_bytes)."""
+    context_transient_bytes: float = 0.0
+    """The part of `recompute_transient_bytes` that is the gathered K/V's gradients, the
+    all-reduce's copy and the position mask (and under full recompute the re-gathered K/V)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +87,10 @@ class LayerCostTable:
     ties: tuple[tuple[int, int, float, float], ...] = ()
     """(layer, owner layer, parameters per GPU, Adam step s) of each tied weight a layer uses
     but another counts: a stage holding the layer and not its owner keeps a copy."""
+    context_activation_bytes: tuple[float, ...] = ()
+    """Prefix sums of the gathered K/V part of `activation_bytes` (empty: none)."""
+    context_transient_bytes: tuple[float, ...] = ()
+    """Per layer: the gathered K/V part of `transient_bytes` (empty: none)."""
 
     def tied_copy(self, start: int, end: int) -> tuple[float, float]:
         """(parameters per GPU, Adam step s) of the tied copies layers [start, end) hold."""
@@ -95,6 +106,10 @@ class LayerCostTable:
                              f"{len(self.fwd_s) - 1} layers")
         copy_params, copy_update = self.tied_copy(start, end)
         params = self.params[end] - self.params[start] + copy_params
+        # The layer whose backward needs the most at once, and its context-parallel part.
+        worst = max(range(start, end), key=self.transient_bytes.__getitem__)
+        ctx_act = (self.context_activation_bytes[end] - self.context_activation_bytes[start]
+                   if self.context_activation_bytes else 0.0)
         return StageCost(
             fwd_s=self.fwd_s[end] - self.fwd_s[start],
             bwd_s=self.bwd_s[end] - self.bwd_s[start],
@@ -106,11 +121,14 @@ class LayerCostTable:
                                              - self.activation_bytes[start]),
             p2p_bytes=self.output_bytes[end - 1],
             optimizer_step_s=self.update_s[end] - self.update_s[start] + copy_update,
-            recompute_transient_bytes=max(self.transient_bytes[start:end]),
+            recompute_transient_bytes=self.transient_bytes[worst],
             recompute_s=self.recompute_s[end] - self.recompute_s[start],
             expert_optimizer_bytes_per_gpu=(
                 (self.expert_params[end] - self.expert_params[start])
                 * self.optimizer_bytes_per_param if self.expert_params else 0.0),
+            context_activation_bytes_per_microbatch=ctx_act,
+            context_transient_bytes=(self.context_transient_bytes[worst]
+                                     if self.context_transient_bytes else 0.0),
         )
 
 
@@ -186,6 +204,8 @@ def layer_cost_table(graph: LayerGraph, gpu: GpuSpec, tp: int, micro_batch: int,
         recompute_s=prefix(cols[7]),
         ties=_ties(graph, gpu, tp, framework),
         expert_params=prefix(cols[8]) if any(cols[8]) else (),
+        context_activation_bytes=prefix(cols[9]) if any(cols[9]) else (),
+        context_transient_bytes=tuple(cols[10]) if any(cols[10]) else (),
     )
     if len(_CACHE) >= _CACHE_MAX:
         _CACHE.clear()
