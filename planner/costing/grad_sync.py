@@ -59,9 +59,18 @@ def grad_sync_s(graph: LayerGraph, plan: Plan, devices: Sequence[Sequence[SyncDe
                                          max(p.microbatches for p in plan.pipelines))
     holder = _holders(plan, devices, len(graph.layers))
 
+    seen: dict[tuple, float] = {}  # a model's identical blocks repeat the same rings
+
     def ring(nbytes: float, members: list[SyncDevice], sharing: dict[str, int],
              out: list[list[float]]) -> None:
-        t = ring_time_s(nbytes, [d.node for d in members], sharing, latency_s)
+        nodes = [d.node for d in members]
+        if sharing is not used_gpus:  # a tied weight's own sharing: priced once anyway
+            t = ring_time_s(nbytes, nodes, sharing, latency_s)
+        else:
+            key = (nbytes, *(node.name for node in nodes))
+            t = seen.get(key, -1.0)
+            if t < 0.0:
+                t = seen[key] = ring_time_s(nbytes, nodes, sharing, latency_s)
         for d in members:
             out[d.pipeline][d.index] += t
 
