@@ -141,6 +141,9 @@ def _layout(model: Any, cluster: Cluster | None, plan: Plan, profiles: ProfileSe
 
     devices: list[list[_Device]] = []
     timings: list[tuple[StageTiming, ...]] = []
+    # Data-parallel replicas repeat their stages: a stage without ep or cp links costs the same
+    # on every node of its group (stage_cost reads only the group's GPU and link).
+    same: dict[tuple, StageCost] = {}
     for p, pipe in enumerate(plan.pipelines):
         s_count = len(pipe.stages) // v
         costs: list[StageCost] = []
@@ -155,6 +158,11 @@ def _layout(model: Any, cluster: Cluster | None, plan: Plan, profiles: ProfileSe
                 ep_link = a2a_link([rank_node[plan.pipelines[q].stages[j].ranks[0]]
                                     for q in block], used_gpus, latency_s)
             cp = st.cp or 1
+            key = (st.layers, id(node.group), st.tp, st.recompute)
+            if ep == 1 and cp == 1 and key in same:
+                costs.append(same[key])
+                chunk_nodes.append(node)
+                continue
             cp_link = None
             if cp > 1:  # the same stage of the pipelines of its cp-block (schema.py)
                 block = range(p // cp * cp, p // cp * cp + cp)
@@ -167,6 +175,8 @@ def _layout(model: Any, cluster: Cluster | None, plan: Plan, profiles: ProfileSe
                 intra_node_link=node.group.intra_node, profiles=profiles, framework=framework,
                 ep=ep, ep_link=ep_link, capacity_factor=capacity_factor, cp=cp,
                 cp_link=cp_link))
+            if ep == 1 and cp == 1:
+                same[key] = costs[-1]
             chunk_nodes.append(node)
         sends = [
             p2p_time_s(costs[j].p2p_bytes, chunk_nodes[j], pipe.stages[j].tp, chunk_nodes[j + 1],
