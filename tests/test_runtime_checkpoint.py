@@ -65,17 +65,20 @@ def _uninterrupted(model: Any, batches: list[tuple[torch.Tensor, torch.Tensor]],
 
 def test_a_checkpoint_moves_across_tp_pp_dp_and_zero1(tmp_path: Path, capsys) -> None:
     # Three plans of one model, each resuming the one before: TP 2 × PP 2 (DTensor shards,
-    # no ZeRO) -> DP 2 of PP 1 (TP 2) and PP 2 (TP 2 -> 1) with ZeRO-1 -> DP 2 × PP 2 with
+    # no ZeRO) -> DP 2 of PP 1 (TP 2) and PP 2 (TP 2 -> 1) with ZeRO-2 -> DP 2 × PP 2 with
     # ZeRO-3. Every resumed step matches an uninterrupted run's loss and gradients.
     model = _model()
     tp_pp = make_plan([{"microbatches": 4, "stages": [stage(0, 3, [0, 1]), stage(3, 6, [2, 3])]}],
                       model=model)
-    # ZeRO-1 both ways: layers 0..2 are held at TP 2 by both pipelines (slices of TP shards),
-    # layers 3..5 at TP 2 and TP 1 (slices of the whole tensor, DTensors on ranks 0 and 1).
-    dp_tp_zero = make_plan([{"microbatches": 2, "stages": [stage(0, 6, [0, 1])]},
+    # ZeRO-2 on the slices both ways: layers 0..2 are held at TP 2 by both pipelines (slices
+    # of TP shards), layers 3..5 at TP 2 and TP 1 (slices of the whole tensor, DTensors on
+    # ranks 0 and 1); gradients reduce-scattered onto the slices.
+    dp_tp_data = make_plan([{"microbatches": 2, "stages": [stage(0, 6, [0, 1])]},
                             {"microbatches": 2, "stages": [stage(0, 3, [2, 3]), stage(3, 6, [4])]}],
-                           model=model, zero1=True)
-    # ZeRO-3: FSDP2 over a (dp 2, tp 2) mesh, the tied embedding/head on ZeRO-1 slices; its
+                           model=model, zero1=True).to_dict()
+    dp_tp_data["zero"] = 2
+    dp_tp_zero = Plan.from_dict(dp_tp_data)
+    # ZeRO-3: FSDP2 over a (dp 2, tp 2) mesh, the tied embedding/head on ZeRO-2 slices; its
     # global batch is 6 sequences, not 4.
     fsdp = make_plan([{"microbatches": 3, "stages": [stage(0, 3, [3 * p, 3 * p + 1]),
                                                      stage(3, 6, [3 * p + 2])]} for p in range(2)],

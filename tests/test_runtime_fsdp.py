@@ -1,4 +1,4 @@
-"""ZeRO-2/3 in the runtime: torch's fully_shard (FSDP2) over even replicas, the ZeRO-1 slices
+"""ZeRO-2/3 in the runtime: torch's fully_shard (FSDP2) over even replicas, the ZeRO-2 slices
 cut in proportion to `shard_fraction` where FSDP2 cannot express the shards. Each run is checked
 against the one-process reference (gradients every step, weights after the last step)."""
 
@@ -65,8 +65,8 @@ def test_weighted_pieces_cover_in_proportion() -> None:
 
 def test_fsdp_zero3_tp2_and_zero2_match_reference() -> None:
     # ZeRO-3 on a (dp 2, tp 2) mesh with clipping: blocks and the TP-1 stage under FSDP2, the
-    # tied embedding/head on ZeRO-1 slices. Then ZeRO-2 (weights gathered once per step) under
-    # interleaving, and uneven ZeRO-1 slices (0.75 / 0.25) over pipelines of different shapes.
+    # tied embedding/head on ZeRO-2 slices. Then ZeRO-2 (weights gathered once per step) under
+    # interleaving, and uneven ZeRO-2 slices (0.75 / 0.25) over pipelines of different shapes.
     res = _check(_plan(_EVEN, 3), "tiny", max_grad_norm=0.1)
     assert res.max_param_diff <= TOL, res
     # Interleaved: device groups (p) and (2 + p), each with two chunks.

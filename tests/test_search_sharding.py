@@ -131,3 +131,24 @@ def test_bad_shard_fractions_are_one_field_error() -> None:
     del data["pipelines"][1]["shard_fraction"]
     with pytest.raises(SpecError, match="pipelines.1: shard_fraction missing"):
         Plan.from_dict(data)
+
+
+def test_zero2_and_3_are_offered_only_where_they_run_as_priced() -> None:
+    # FSDP2 runs ZeRO-2/3 over identical replicas as priced. Over replicas of different shapes
+    # the runtime's ZeRO-2 slices reduce gradients once per step, so the peak still holds them
+    # whole (runtime/zero.py): estimate's ZeRO-2 peak would be optimistic, and it is not offered.
+    from planner.search.sharding import sharding_variants
+
+    same = _hetero_plan(None)  # one shape on both GPUs: FSDP2's even shards run ZeRO-3
+    assert [p.zero_stage for p in sharding_variants(same)] == [1, 0, 2, 3]
+    data = same.to_dict()
+    v100 = data["pipelines"][1]["stages"][0]
+    data["pipelines"][1]["stages"] = [{**v100, "layers": [0, 17], "ranks": [1]},
+                                      {**v100, "layers": [17, 34], "ranks": [2]}]
+    data["ranks"].append({"rank": 2, "node": "v", "local_rank": 1})
+    data["cluster"]["nodes"][1]["gpus_per_node"] = 2
+    hetero = Plan.from_dict(data)
+    assert [p.zero_stage for p in sharding_variants(hetero)] == [1, 0]
+    for p, f in zip(data["pipelines"], (0.8, 0.2), strict=True):
+        p["shard_fraction"] = f
+    assert [p.zero_stage for p in sharding_variants(Plan.from_dict(data))] == [1, 0, 1]

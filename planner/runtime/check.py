@@ -100,9 +100,20 @@ def _worker(rank: int, world: int, store_dir: str, plan_dict: dict, factory: Mod
     def compare(r: Runner) -> None:
         nonlocal worst
         for (e, name), p in r.params:
+            if p.grad is None:
+                continue  # reduced to ZeRO-2 slices: compared below
             mine = full_tensor(p.grad)
             theirs = ref_chain[e].get_parameter(name).grad
             worst = max(worst, float((mine - theirs).abs().max()))
+            checked.add((e, name))
+        for i, s in enumerate(r.zero.slices if r.zero is not None else []):
+            g = r.zero.masters[i].grad
+            if r.zero.params[s.key].grad is not None or g is None:
+                continue
+            e, name = s.key
+            theirs = r.zero.piece(i, ref_chain[e].get_parameter(name).grad)
+            if g.numel():
+                worst = max(worst, float((g - theirs).abs().max()))
             checked.add((e, name))
 
     def reference_loss(step: int, inputs: torch.Tensor, labels: torch.Tensor) -> float:

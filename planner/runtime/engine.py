@@ -131,17 +131,33 @@ def _context_parallel(elems: list[Any], plan: Plan, ch: Chunk, rank: int, index:
                 m.context = shards[members]
 
 
+def _slice_stage(plan: Plan) -> int:
+    """The ZeRO stage the slices of zero.py run: 2 (gradients reduce-scattered onto them) for
+    a ZeRO-2/3 plan without expert- or context-parallel stages, whose gradients are reduced by
+    rules of their own (experts.py, context.py) and stay on ZeRO-1 with a note."""
+    plain = all((st.ep or 1) == 1 and (st.cp or 1) == 1 for pipe in plan.pipelines
+                for st in pipe.stages)
+    return min(plan.zero_stage, 2 if plain else 1)
+
+
 def _zero_notes(plan: Plan, fsdp: dict, n_elements: int) -> list[str]:
-    """Where the runtime shards less than the plan's ZeRO stage (the same on every rank)."""
+    """Where the runtime's memory differs from the plan's ZeRO stage as priced (the same on
+    every rank): elements off FSDP2 run on the slices of zero.py."""
     if plan.zero_stage < 2 or len(plan.pipelines) < 2:
         return []
     rest = n_elements - len(fsdp)
     if not rest:
         return []
+    why = ("replicas of different shapes, uneven shard_fraction, tied weights, experts or "
+           "context parallelism, which FSDP2's even shards cannot take")
+    if _slice_stage(plan) == 2:
+        whole = "; weights whole" if plan.zero_stage == 3 else ""
+        return [f"zero {plan.zero_stage}: {rest} of {n_elements} chain elements run ZeRO-2 on "
+                "the runtime's slices: gradients reduce-scattered once, after the step's last "
+                "backward, so they are held whole through the backward, where estimate prices "
+                f"them sharded{whole} ({why})"]
     return [f"zero {plan.zero_stage}: {rest} of {n_elements} chain elements run at ZeRO-1 "
-            "(optimizer state sharded, gradients and weights whole): replicas of different "
-            "shapes, uneven shard_fraction, tied weights or experts, which FSDP2's even shards "
-            "cannot take"]
+            f"(optimizer state sharded, gradients and weights whole): {why}"]
 
 
 class Runner:
@@ -355,15 +371,22 @@ class Runner:
         for _, p in self.params:  # under ZeRO-1 the optimizer holds slices, not these
             p.grad = None
         loss = self.forward_backward(inputs, labels)
+        sliced = self.zero is not None and _slice_stage(self.plan) >= 2
         with torch.no_grad():
-            sync_gradients(self.synced, self.rules, self.rank, self.view.chunks[0].tp, self.groups)
+            if sliced:  # ZeRO-2 on the slices: reduce-scatter, keep this rank's slice
+                self.zero.reduce_gradients(self.view.chunks[0].tp)
+            else:
+                sync_gradients(self.synced, self.rules, self.rank, self.view.chunks[0].tp,
+                               self.groups)
         dist.all_reduce(loss)
+        slices = tuple(m.grad for m in self.zero.masters) if sliced else ()
         if self.scaler is not None and not self.scaler.unscale_or_skip(
-                [p.grad for _, p in self.params], self.device):
+                [p.grad for _, p in self.params if p.grad is not None] + list(slices),
+                self.device):
             return float(loss)
         if self.max_grad_norm is not None:
             clip_grad_norm(self.params, self.rules, self.rank, self.view.tp_index,
-                           self.max_grad_norm, self.device, self.fsdp_keys)
+                           self.max_grad_norm, self.device, self.fsdp_keys, slices)
         if before_update is not None:
             before_update(self)
         if self.zero is not None:

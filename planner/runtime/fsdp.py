@@ -15,10 +15,12 @@ submesh the TP DTensors live on, as FSDP2 + TP requires):
 Gradients are summed (force-sum, divide factor 1): the loss is already scaled by
 1 / (all micro-batches), and gloo has no pre-multiplied sum.
 
-Elements FSDP2 cannot take stay on the ZeRO-1 slices of `zero.py`: a weight tied across
-elements (one parameter in two modules), expert-parallel stages, replicas of different shapes
-or TP degrees, and plans with uneven `shard_fraction`s (a replica's share of the state follows
-its memory, Cephalo-style, which FSDP2's even shards cannot express).
+Elements FSDP2 cannot take stay on the slices of `zero.py`, which run ZeRO-2 there (optimizer
+state and, after the step's backward, gradients sharded; weights whole, so a ZeRO-3 plan runs
+those elements as ZeRO-2 with a note): a weight tied across elements (one parameter in two
+modules), expert-parallel stages, replicas of different shapes or TP degrees, and plans with
+uneven `shard_fraction`s (a replica's share of the state follows its memory, Cephalo-style,
+which FSDP2's even shards cannot express).
 """
 
 from __future__ import annotations

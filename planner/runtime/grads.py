@@ -26,8 +26,8 @@ from planner.runtime.stage import ParamKey
 from planner.runtime.topology import element_holders
 from planner.schema import Plan
 
-__all__ = ["SyncRule", "clip_grad_norm", "full_tensor", "local_tensor", "sync_gradients",
-           "sync_rules"]
+__all__ = ["SyncRule", "clip_grad_norm", "full_tensor", "local_tensor", "settle_grad",
+           "sync_gradients", "sync_rules"]
 
 
 @dataclass(frozen=True)
@@ -75,19 +75,24 @@ def local_tensor(t: torch.Tensor) -> torch.Tensor:
     return t.to_local() if isinstance(t, DTensor) else t
 
 
+def settle_grad(p: torch.nn.Parameter) -> None:
+    """Give `p` a gradient laid out like `p` (zeros where backward left none)."""
+    if p.grad is None:
+        p.grad = torch.zeros_like(p)
+    elif isinstance(p, DTensor) and p.grad.placements != p.placements:
+        # A vocab-parallel embedding's gradient comes back replicated (torch's sharding
+        # rule for the embedding backward); keep this rank's rows like the weight's, so
+        # shards line up across holders and the optimizer sees matching layouts.
+        p.grad = p.grad.redistribute(p.device_mesh, p.placements)
+
+
 def sync_gradients(params: list[tuple[ParamKey, torch.nn.Parameter]],
                    rules: dict[ParamKey, SyncRule], rank: int, tp: int,
                    groups: dict[tuple[int, ...], dist.ProcessGroup]) -> None:
     """Reduce this rank's gradients in place. `params` in key order, the same on a TP group."""
     buckets: dict[tuple[int, ...], list[tuple[torch.nn.Parameter, torch.Tensor, bool]]] = {}
     for key, p in params:
-        if p.grad is None:
-            p.grad = torch.zeros_like(p)
-        elif isinstance(p, DTensor) and p.grad.placements != p.placements:
-            # A vocab-parallel embedding's gradient comes back replicated (torch's sharding
-            # rule for the embedding backward); keep this rank's rows like the weight's, so
-            # shards line up across holders and the optimizer sees matching layouts.
-            p.grad = p.grad.redistribute(p.device_mesh, p.placements)
+        settle_grad(p)
         rule = rules[key]
         group = rule.group_for(rank)
         if len(group) == 1:
@@ -117,17 +122,24 @@ def sync_gradients(params: list[tuple[ParamKey, torch.nn.Parameter]],
 def clip_grad_norm(params: list[tuple[ParamKey, torch.nn.Parameter]],
                    rules: dict[ParamKey, SyncRule], rank: int, tp_index: int,
                    max_norm: float, device: torch.device,
-                   fsdp: frozenset[ParamKey] = frozenset()) -> float:
+                   fsdp: frozenset[ParamKey] = frozenset(),
+                   slices: tuple[torch.Tensor, ...] = ()) -> float:
     """Clip by the global norm of the model's gradient (after sync); returns the norm.
 
     Every parameter counts once: only its first holder group adds it, with each TP rank
     adding its shard of a sharded tensor and TP rank 0 alone adding a replicated one. An
     FSDP2 gradient (`fsdp` keys, sharded over the replicas) counts its shard on every replica,
-    on every TP rank when TP splits it too.
+    on every TP rank when TP splits it too. `slices`: ZeRO-2 gradient slices (`zero.py`), which
+    partition every gradient over its holders, so each counts once as it is; parameters whose
+    gradient was freed for them (None) are skipped.
     """
     total = torch.zeros((), dtype=torch.float64, device=device)
+    for t in slices:
+        total += t.double().pow(2).sum()
     for key, p in params:
         g = p.grad
+        if g is None:
+            continue
         if key in fsdp:
             if g is not None and (tp_index == 0 or any(pl.is_shard() for pl in g.placements[1:])):
                 total += local_tensor(g).double().pow(2).sum()
@@ -141,6 +153,8 @@ def clip_grad_norm(params: list[tuple[ParamKey, torch.nn.Parameter]],
     norm = float(total.sqrt())
     coef = max_norm / (norm + 1e-6)
     if coef < 1.0:
+        for t in slices:
+            t.mul_(coef)
         for _, p in params:
             if p.grad is not None:
                 local_tensor(p.grad).mul_(coef)

@@ -14,6 +14,13 @@ elements of each tensor held by n TP groups:
 Every rank derives the same slices from the plan alone, without talking. A plan with
 `shard_fraction`s cuts each tensor over its holder groups in those proportions instead of
 evenly (uneven sharding, which FSDP2 cannot express; Cephalo, 2024).
+
+ZeRO stage 2 on the same slices (`reduce_gradients`): instead of all-reducing the step's
+gradients, each slice group reduce-scatters them, so a rank keeps only the summed gradient of
+its own slice (the master's `.grad`) and frees the parameters' whole gradients. Gradients
+accumulate whole over the step's micro-batches and are reduced once, after the last backward:
+replicas of different shapes run different micro-batch counts, so there is no common point
+to reduce earlier.
 """
 
 from __future__ import annotations
@@ -25,7 +32,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.tensor import DTensor, distribute_tensor
 
-from planner.runtime.grads import SyncRule, full_tensor, local_tensor
+from planner.runtime.grads import SyncRule, full_tensor, local_tensor, settle_grad
 from planner.runtime.stage import ParamKey
 from planner.schema import Plan
 
@@ -138,6 +145,22 @@ class ShardedOptimizer:
     def _source(s: ZeroSlice, t: torch.Tensor) -> torch.Tensor:
         return full_tensor(t) if s.full else local_tensor(t)
 
+    def piece(self, i: int, whole: torch.Tensor) -> torch.Tensor:
+        """Slice i's elements of `whole`, a full tensor shaped like its parameter (the same on
+        every rank: no communication), as this rank's slice indexes them."""
+        s = self.slices[i]
+        p = self.params[s.key]
+        if not s.full and isinstance(p, DTensor):
+            whole = distribute_tensor(whole, p.device_mesh, p.placements,
+                                      src_data_rank=None).to_local()
+        a, b = s.ranges[s.group.index(self.rank)]
+        return whole.reshape(-1)[a:b]
+
+    def grad_bytes(self) -> int:
+        """Bytes of gradient this rank keeps for its slices after `reduce_gradients`."""
+        return sum(m.grad.numel() * m.grad.element_size() for m in self.masters
+                   if m.grad is not None)
+
     def state_bytes(self) -> int:
         """Bytes of optimizer state on this rank: master slices and their Adam moments."""
         total = sum(m.numel() * m.element_size() for m in self.masters)
@@ -150,8 +173,50 @@ class ShardedOptimizer:
         return total
 
     @torch.no_grad()
+    def reduce_gradients(self, tp: int) -> None:
+        """ZeRO-2: sum the step's gradients over each slice group by reduce-scatter, keep this
+        rank's slice as its master's gradient and free the parameters' gradients. `tp`: this
+        rank's TP degree (a whole-tensor slice sums full / tp from every holder rank, as
+        `sync_gradients` does across TP degrees)."""
+        flat: list[torch.Tensor] = []
+        for s in self.slices:  # TP gathers first, in key order, the same on every TP rank
+            p = self.params[s.key]
+            settle_grad(p)
+            g = full_tensor(p.grad) / tp if s.full else local_tensor(p.grad)
+            flat.append(g.reshape(-1))
+        by_group: dict[tuple[int, ...], list[int]] = {}
+        for i, s in enumerate(self.slices):
+            by_group.setdefault(s.group, []).append(i)
+        for group in sorted(by_group, key=lambda g: sorted(g)):
+            idx = by_group[group]
+            me = group.index(self.rank)
+            rows = [torch.cat([flat[i][slice(*self.slices[i].ranges[j])] for i in idx])
+                    for j in range(len(group))]
+            if len(group) == 1:
+                mine = rows[0].clone()
+            else:
+                # Pieces may differ in size (uneven fractions): pad each to the widest.
+                width = max(r.numel() for r in rows)
+                send = torch.zeros(width * len(group), dtype=rows[0].dtype,
+                                   device=rows[0].device)
+                for j, r in enumerate(rows):
+                    send[j * width:j * width + r.numel()] = r
+                mine = torch.empty(width, dtype=send.dtype, device=send.device)
+                dist.reduce_scatter_single(mine, send, group=self.groups[tuple(sorted(group))])
+            off = 0
+            for i in idx:
+                a, b = self.slices[i].ranges[me]
+                self.masters[i].grad = mine[off:off + b - a].clone()
+                off += b - a
+        del flat
+        for s in self.slices:
+            self.params[s.key].grad = None
+
+    @torch.no_grad()
     def step(self) -> None:
         for s, m in zip(self.slices, self.masters, strict=True):
+            if self.params[s.key].grad is None and m.grad is not None:
+                continue  # reduced to this slice already (ZeRO-2)
             a, b = s.ranges[s.group.index(self.rank)]
             m.grad = self._source(s, self.params[s.key].grad).reshape(-1)[a:b].clone()
         self.optimizer.step()
