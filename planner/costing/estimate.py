@@ -190,7 +190,17 @@ def _layout(model: Any, cluster: Cluster | None, plan: Plan, profiles: ProfileSe
             for d in range(s_count)])
         timings.append(tuple(_timing(c, j, sends, s_count, framework.p2p_blocking)
                              for j, c in enumerate(costs)))
-    merged = [[_merged(d.costs) for d in devs] for devs in devices]
+    # Replicas share their StageCost objects (above), so their sums are taken once.
+    sums: dict[tuple[int, ...], StageCost] = {}
+    merged: list[list[StageCost]] = []
+    for devs in devices:
+        row = []
+        for d in devs:
+            key = tuple(map(id, d.costs))
+            if key not in sums:
+                sums[key] = _merged(d.costs)
+            row.append(sums[key])
+        merged.append(row)
     return _Layout(graph, precision, rank_node, used_gpus, latency_s, devices, merged, timings)
 
 

@@ -87,10 +87,11 @@ def check_against(plan: Plan, graph: LayerGraph, cluster: Cluster, *,
                         f"model {graph.name} has {n} (embedding + {n - 2} blocks + head); "
                         f"end every pipeline's last stage at layer {n}")
     rank_node = _rank_nodes(plan, cluster, where)
+    split_ok: set[tuple] = set()  # (layers, tp) whose layers TP splits: replicas repeat them
     for p, pipe in enumerate(plan.pipelines):
         for s, st in enumerate(pipe.stages):
             field = f"pipelines.{p}.stages.{s}"
-            _check_stage(st, rank_node[st.ranks[0]], graph, field, where)
+            _check_stage(st, rank_node[st.ranks[0]], graph, field, where, split_ok)
             if plan.sequence_parallel and graph.seq_len % st.tp:
                 # Megatron-SP slices the sequence over the TP ranks (runtime/seqpar.py).
                 raise SpecError(where, f"{field}.tp", f"TP {st.tp} with sequence_parallel "
@@ -142,15 +143,19 @@ def _rank_nodes(plan: Plan, cluster: Cluster, where: str) -> dict[int, Node]:
     return {r.rank: nodes[r.node] for r in plan.ranks}
 
 
-def _check_stage(st: Any, node: Node, graph: LayerGraph, field: str, where: str) -> None:
+def _check_stage(st: Any, node: Node, graph: LayerGraph, field: str, where: str,
+                 split_ok: set[tuple]) -> None:
     if st.gpu != node.group.gpu.name:
         _check_gpu_name(st.gpu, node, field, where)
     tp = st.tp
+    if (st.layers, tp) in split_ok:
+        return
     start, end = st.layers
     for layer in graph.layers[start:end]:
         if not layer.allows_tp(tp):
             raise SpecError(where, f"{field}.tp", f"TP {tp} does not split layer {layer.name} "
                             f"evenly ({_what(layer)}); use one of {_list(_fitting(layer))}")
+    split_ok.add((st.layers, tp))
 
 
 def _check_gpu_name(name: str, node: Node, field: str, where: str) -> None:
