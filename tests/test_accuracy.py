@@ -91,9 +91,60 @@ def test_mit_network_rate_matches_sailors_gradient_reduction_times() -> None:
 
 
 @pytest.mark.parametrize("file", ["torchtitan_a100.csv", "torchtitan_h100.csv", "nemo_h100.csv",
-                                  "llama3_405b.csv", "historic_runs.csv"])
+                                  "llama3_405b.csv", "historic_runs.csv", "nemo_b200.csv",
+                                  "nemo_h100_2025.csv"])
 def test_large_runs_within_ten_percent(reports: dict, file: str) -> None:
     assert reports[(file, "all")].mape_pct <= 10.0
+
+
+@pytest.mark.parametrize(("file", "counted", "target_pct"), [
+    # Measured when the files were added: 9.0 % over 4 rows, 6.3 % over 6 rows.
+    ("nemo_b200.csv", 4, 9.5),
+    ("nemo_h100_2025.csv", 6, 7.0),
+])
+def test_nemo_2025_tables(reports: dict, file: str, counted: int, target_pct: float) -> None:
+    """NeMo 25.02 and Megatron-Bridge 25.09-26.02 published tables (DGX-B200, DGX-H100, fp8):
+    every counted row priced, MAPE at the figure measured when they were added (small margin),
+    and every row whose layout hetplan cannot express says why instead of vanishing."""
+    rep = reports[(file, "all")]
+    assert rep.counted == counted
+    assert rep.mape_pct <= target_pct
+    assert all(x.note for x in rep.rows if not x.used)
+
+
+def test_megatron_record_covers_every_nemo_table(reports: dict) -> None:
+    """The per-framework report of the megatron record gathers the counted rows of every NeMo
+    file (7 + 4 + 6); measured 5.6 % when the 2025 tables were added."""
+    rep = reports[("per framework", "megatron")]
+    nemo = sum(reports[(f, "all")].counted
+               for f in ("nemo_h100.csv", "nemo_b200.csv", "nemo_h100_2025.csv"))
+    assert rep.counted == nemo == 17
+    assert rep.mape_pct <= 6.5
+
+
+@pytest.mark.parametrize(("group", "counted", "target_pct"), [
+    # Measured when the file was added: 13.6 % (A100 40GB), 22.9 % (A100 80GB), 42.7 % (H100
+    # 80GB); the error grows with the sequence length (docs/cost-model.md, "MPT / llm-foundry").
+    ("a100_40gb", 78, 14.5),
+    ("a100_80gb", 61, 24.0),
+    ("h100_80gb", 52, 44.0),
+])
+def test_mpt_llm_foundry_at_measured_figure(reports: dict, group: str, counted: int,
+                                            target_pct: float) -> None:
+    """llm-foundry's published MPT tables (FSDP, 125M-70B, 512-65536 tokens): every bf16 row
+    priced, MAPE no worse than when the file was added, rows ranked right (Spearman)."""
+    rep = reports[("mpt_llm_foundry.csv", group)]
+    assert rep.counted == counted
+    assert rep.mape_pct <= target_pct
+    assert rep.spearman >= 0.95
+    fp8 = reports[("mpt_llm_foundry.csv", "h100_80gb fp8")]
+    assert fp8.counted == 0 and len(fp8.rows) == 10  # reported, not counted
+
+
+@pytest.mark.xfail(strict=True, reason="MPT: 24.5 % over the bf16 rows; attention at long "
+                   "sequences and 2023 H100 software are priced too fast (docs/cost-model.md)")
+def test_mpt_llm_foundry_within_ten_percent(reports: dict) -> None:
+    assert reports[("mpt_llm_foundry.csv", "all")].mape_pct <= 10.0
 
 
 def test_torchtitan_checkpointing_ratios(reports: dict) -> None:

@@ -55,6 +55,9 @@ DATASHEET = [
     ("H200-SXM-141GB", 141, 4800, 67, 1979, 1979, 3958, "sparse"),
     # NVIDIA GH200 datasheet prints dense | sparse: BF16 990 | 1979, FP8 1979 | 3958.
     ("GH200-96GB", 96, 4000, 67, 990, 990, 1979, "dense"),
+    # NVIDIA DGX B200 product page: 1,440 GB and 64 TB/s over 8 GPUs; HGX B200 (1,000 W) dense
+    # | sparse: FP32 80, FP16/BF16 2,250 | 4,500, FP8 4,500 | 9,000 (DGX: FP8 72 PF sparse / 8).
+    ("B200-180GB", 180, 8000, 80, 2250, 2250, 4500, "dense"),
     # AMD Instinct MI250X datasheet, per OAM module (2 GCDs): 128 GB, 3276.8 GB/s, FP32 vector
     # 47.9, FP16/BF16 383 (no sparsity on CDNA2).
     ("MI250X-GCD", 128, 3276.8, 47.9, 383, 383, None, "per-module"),
@@ -210,6 +213,7 @@ def test_catalog_order_is_file_order_and_stable() -> None:
     ("NVIDIA GeForce RTX 2080 Ti", 10.7, "RTX-2080-Ti"),
     ("NVIDIA GH200 480GB", 95.0, "GH200-96GB"),
     ("AMD Instinct MI300X", 191.5, "MI300X"),
+    ("NVIDIA B200", 179.1, "B200-180GB"),
 ])
 def test_driver_device_names_map_to_catalog_entries(reported, memory_gib, expected) -> None:
     assert gpu_for_device(reported, memory_gib).name == expected
@@ -217,4 +221,4 @@ def test_driver_device_names_map_to_catalog_entries(reported, memory_gib, expect
 
 def test_unknown_device_name_asks_for_gpu_flag() -> None:
     with pytest.raises(LookupError, match="--gpu"):
-        gpu_for_device("NVIDIA B200", 180.0)
+        gpu_for_device("NVIDIA B300", 268.0)

@@ -64,7 +64,10 @@ def test_wheel_holds_zoo_clusters_catalog_profiles_and_measurements(tmp_path: Pa
                      "cost_models/profiles/sailor.csv",
                      "planner/costing/validation/data/README.md",
                      "planner/costing/validation/data/amp_measured_plans.csv",
-                     "planner/costing/validation/data/sailor_measured_plans.csv"):
+                     "planner/costing/validation/data/sailor_measured_plans.csv",
+                     "planner/costing/validation/data/nemo_b200.csv",
+                     "planner/costing/validation/data/nemo_h100_2025.csv",
+                     "planner/costing/validation/data/mpt_llm_foundry.csv"):
         assert required in names
     zoo = {Path(n).stem for n in names if n.startswith("planner/configs/models/")}
     clusters = {Path(n).stem for n in names if n.startswith("planner/configs/clusters/")}

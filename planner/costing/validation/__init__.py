@@ -14,6 +14,8 @@ from cost_models.profiles import ProfileSet, default_profiles
 from planner.costing.validation.amp import amp_reports
 from planner.costing.validation.common import FileReport, Row, per_framework_reports
 from planner.costing.validation.large_runs import large_run_reports
+from planner.costing.validation.mpt_foundry import mpt_reports
+from planner.costing.validation.nemo_tables import nemo_table_reports
 from planner.costing.validation.sailor import sailor_reports
 
 __all__ = ["DATA_FILES", "FileReport", "Row", "data_files_in", "default_data_dir", "run_all"]
@@ -21,7 +23,8 @@ __all__ = ["DATA_FILES", "FileReport", "Row", "data_files_in", "default_data_dir
 MODES = ("analytic", "profiles")
 
 DATA_FILES = ("amp_measured_plans.csv", "sailor_measured_plans.csv", "torchtitan_a100.csv",
-              "torchtitan_h100.csv", "nemo_h100.csv", "llama3_405b.csv", "historic_runs.csv")
+              "torchtitan_h100.csv", "nemo_h100.csv", "llama3_405b.csv", "historic_runs.csv",
+              "nemo_b200.csv", "nemo_h100_2025.csv", "mpt_llm_foundry.csv")
 """The measurement files the report reads, by name; each is optional."""
 
 
@@ -54,6 +57,10 @@ def run_all(data_dir: Path, modes: tuple[str, ...] = MODES,
         if progress:
             progress(f"{mode}, large runs")
         reports += large_run_reports(data_dir, profiles)
+        reports += nemo_table_reports(data_dir, profiles)
+        if progress and (data_dir / "mpt_llm_foundry.csv").exists():
+            progress(f"{mode}, mpt_llm_foundry.csv")
+        reports += mpt_reports(data_dir, profiles)
         reports += per_framework_reports(reports)
         out[mode] = reports
     return out

@@ -50,7 +50,7 @@ from planner.costing.megatron import megatron_plan
 from planner.costing.validation.common import FileReport, Row, graph_for, summarise
 from planner.errors import HetplanError
 
-__all__ = ["fused_framework", "large_run_reports", "torchtitan_framework"]
+__all__ = ["fused_framework", "large_run_reports", "large_run_row", "torchtitan_framework"]
 
 _LLAMA = {"architecture": "llama", "training": {"precision": "bf16"}}
 _GPT = {"architecture": "gpt", "training": {"precision": "bf16"}}
@@ -63,6 +63,8 @@ MODELS: dict[str, dict[str, Any]] = {
     "Llama3.1-405B": {"zoo": "llama3-405b"},
     "LLAMA3-8B": {"zoo": "llama3-8b"},
     "LLAMA3-70B": {"zoo": "llama3-70b"},
+    "LLAMA3-405B": {"zoo": "llama3-405b"},
+    "LLAMA3.1-405B": {"zoo": "llama3-405b"},
     # Llama 2 (Touvron et al. 2023, Table 1 and the HF config.json files).
     "Llama2-13B": {**_LLAMA, "name": "llama2-13b", "hidden_size": 5120, "num_layers": 40,
                    "num_attention_heads": 40, "ffn_hidden_size": 13824, "vocab_size": 32000},
@@ -82,6 +84,14 @@ MODELS: dict[str, dict[str, Any]] = {
     "GPT3-20B": {**_GPT, "name": "gpt3-20b", "hidden_size": 6144, "num_layers": 44,
                  "num_attention_heads": 48, "vocab_size": 51200},
     "GPT3-175B": {"zoo": "gpt3-175b"},
+    # MosaicML MPT (llm-foundry scripts/train/yamls/pretrain/mpt-*.yaml: d_model, n_heads,
+    # n_layers; expansion_ratio 4, vocab_size 50368, learned positions in the benchmark runs).
+    **{f"mpt-{size}": {**_GPT, "name": f"mpt-{size}", "hidden_size": h, "num_layers": n,
+                       "num_attention_heads": a, "vocab_size": 50368}
+       for size, h, a, n in (("125m", 768, 12, 12), ("350m", 1024, 16, 24),
+                             ("760m", 1536, 12, 24), ("1b", 2048, 16, 24), ("3b", 2560, 20, 32),
+                             ("7b", 4096, 32, 32), ("13b", 5120, 40, 40), ("30b", 7168, 56, 48),
+                             ("70b", 8192, 64, 80))},
     # BLOOM (BigScience 2022, Table 1); MT-NLG (Smith et al. 2022, §2): 105 layers, h20480.
     "BLOOM-176B": {**_GPT, "name": "bloom-176b", "hidden_size": 14336, "num_layers": 70,
                    "num_attention_heads": 112, "vocab_size": 250880},
@@ -201,6 +211,10 @@ def _costed(label: str, measured: float, *run_args: Any, tflops: bool = False,
         return Row(label, measured, None, used=False, note=str(exc))
     return Row(label, measured, tf if tflops else tok, feasible=feasible, used=used, note=note,
                framework=fw_name)
+
+
+large_run_row = _costed
+"""One priced row (the other measurement modules' entry point; arguments as `_costed`)."""
 
 
 def _ac(text: str) -> str:
