@@ -296,6 +296,7 @@ def _largest_layer_params(graph: LayerGraph, plan: Plan, d: _Device,
 
 def _merged(costs: tuple[StageCost, ...]) -> StageCost:
     """One device's chunks as one stage cost (sums; the largest recompute transient)."""
+    worst = max(costs, key=lambda c: c.recompute_transient_bytes)  # its backward peaks
     return StageCost(
         fwd_s=sum(c.fwd_s for c in costs), bwd_s=sum(c.bwd_s for c in costs),
         bwd_weight_s=sum(c.bwd_weight_s for c in costs),
@@ -305,9 +306,12 @@ def _merged(costs: tuple[StageCost, ...]) -> StageCost:
         activation_bytes_per_microbatch=sum(c.activation_bytes_per_microbatch for c in costs),
         p2p_bytes=costs[-1].p2p_bytes,
         optimizer_step_s=sum(c.optimizer_step_s for c in costs),
-        recompute_transient_bytes=max(c.recompute_transient_bytes for c in costs),
+        recompute_transient_bytes=worst.recompute_transient_bytes,
         recompute_s=sum(c.recompute_s for c in costs),
-        expert_optimizer_bytes_per_gpu=sum(c.expert_optimizer_bytes_per_gpu for c in costs))
+        expert_optimizer_bytes_per_gpu=sum(c.expert_optimizer_bytes_per_gpu for c in costs),
+        context_activation_bytes_per_microbatch=sum(
+            c.context_activation_bytes_per_microbatch for c in costs),
+        context_transient_bytes=worst.context_transient_bytes)
 
 
 def _stage_row(plan: Plan, d: _Device, merged: StageCost, max_inflight: int, s_count: int,
