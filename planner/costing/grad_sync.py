@@ -14,7 +14,7 @@ sharing their node's NIC.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from cost_models.comm import Link, ring_allreduce_s
 from cost_models.memory import dp_sync_bytes_per_param
@@ -42,10 +42,22 @@ def _holders(plan: Plan, devices: Sequence[Sequence[SyncDevice]], n_layers: int)
         s_count = len(devices[p])
         row = [0] * n_layers
         for j, st in enumerate(pipe.stages):
-            for layer in range(st.layers[0], st.layers[1]):
-                row[layer] = j % s_count
+            a, b = st.layers
+            row[a:b] = [j % s_count] * (b - a)
         out.append(row)
     return out
+
+
+class _Ring(NamedTuple):
+    """The data-parallel ring of the devices holding one layer in every pipeline: what its
+    time needs (nodes, link) and who adds it (cells), fixed for every layer they share."""
+
+    members: list[SyncDevice]
+    cells: list[tuple[int, int]]
+    tps: tuple[int, ...]
+    """Distinct TP degrees of the members (the largest shard is found among these)."""
+    link: Link | None
+    """None for a ring of one GPU (it costs nothing)."""
 
 
 def grad_sync_s(graph: LayerGraph, plan: Plan, devices: Sequence[Sequence[SyncDevice]],
@@ -112,18 +124,49 @@ def grad_sync_s(graph: LayerGraph, plan: Plan, devices: Sequence[Sequence[SyncDe
     # data-parallel traffic grows by max(fraction) × pipelines over even pieces.
     given = plan.pipelines[0].shard_fraction is not None and plan.zero_stage
     uneven = max(plan.shard_fractions) * n_pipes if given else 1.0
-    for li, layer in enumerate(graph.layers):
-        ds = [devices[p][holder[p][li]] for p in range(n_pipes)]
-        ep = max(getattr(d, "ep", 1) for d in ds)
+    # Consecutive layers of a stage are held by the same device of every pipeline: their
+    # rings (members, link, TP degrees) are built once per holder tuple, and each layer only
+    # prices its bytes. The sums run in the same order as one ring per layer would add them.
+    rings: dict[tuple[int, ...], tuple[_Ring, int, list[_Ring]]] = {}
+
+    def make(members: list[SyncDevice]) -> _Ring:
+        nodes = [d.node for d in members]
+        link = None
+        if len(nodes) > 1:
+            key = tuple(node.name for node in nodes)
+            link = dp_links.get(key)
+            if link is None:
+                link = dp_links[key] = ring_link(nodes, used_gpus, latency_s)
+        return _Ring(members, [(d.pipeline, d.index) for d in members],
+                     tuple(dict.fromkeys(d.tp for d in members)), link)
+
+    def add(layer: Layer, nbytes: float, r: _Ring) -> None:
+        shard_of = min(tp if tp_split(layer, framework, tp) else 1 for tp in r.tps)
+        nbytes = nbytes / shard_of
+        if r.link is None or nbytes <= 0:
+            return  # ring_time_s: 0 s, which adds nothing
+        t = ring_allreduce_s(nbytes, len(r.members), r.link)
+        for p, i in r.cells:
+            dp_out[p][i] += t
+
+    for li, hold in enumerate(zip(*holder, strict=True)):
+        layer = graph.layers[li]
+        entry = rings.get(hold)
+        if entry is None:
+            ds = [devices[p][h] for p, h in enumerate(hold)]
+            ep = max(getattr(d, "ep", 1) for d in ds)
+            # Expert parallelism: expert shard k lives on the k-th pipeline of every
+            # ep-block, so each shard's gradient all-reduce runs over those pipelines only
+            # (expert-data-parallel).
+            per_k = [make([d for p, d in enumerate(ds) if p % ep == k]) for k in range(ep)]
+            entry = rings[hold] = (make(ds), ep, per_k if ep > 1 else [])
+        whole, ep, per_k = entry
         experts = layer.expert_params if ep > 1 else 0
         own = layer.params - moved[li] - experts
         if own > 0:
-            ring(own * grad_bytes * uneven / shard(layer, ds), ds, used_gpus, dp_out)
-        # Expert parallelism: expert shard k lives on the k-th pipeline of every ep-block, so
-        # each shard's gradient all-reduce runs over those pipelines only (expert-data-parallel).
-        for k in range(ep if experts else 0):
-            members = [d for p, d in enumerate(ds) if p % ep == k]
-            ring(experts / ep * grad_bytes / shard(layer, members), members, used_gpus, dp_out)
+            add(layer, own * grad_bytes * uneven, whole)
+        for r in per_k if experts else ():
+            add(layer, experts / ep * grad_bytes, r)
     for li, copies in copies_dp:  # the copies' own data-parallel all-reduce
         if len(copies) > 1:
             layer = graph.layers[li]
