@@ -158,8 +158,9 @@ def grad_sync_s(graph: LayerGraph, plan: Plan, devices: Sequence[Sequence[SyncDe
             # Expert parallelism: expert shard k lives on the k-th pipeline of every
             # ep-block, so each shard's gradient all-reduce runs over those pipelines only
             # (expert-data-parallel).
-            per_k = [make([d for p, d in enumerate(ds) if p % ep == k]) for k in range(ep)]
-            entry = rings[hold] = (make(ds), ep, per_k if ep > 1 else [])
+            per_k = [make([d for p, d in enumerate(ds) if p % ep == k])
+                     for k in range(ep if ep > 1 else 0)]
+            entry = rings[hold] = (make(ds), ep, per_k)
         whole, ep, per_k = entry
         experts = layer.expert_params if ep > 1 else 0
         own = layer.params - moved[li] - experts

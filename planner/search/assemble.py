@@ -123,11 +123,16 @@ def build_plan(cluster: Cluster, classes: Sequence[PipelineClass], microbatches:
             ep, cp = (*more, 1, 1)[:2]
             name, locs = where[(p_idx, s_idx, g_idx)]
             ranks = tuple(rank_of[(node_order[name], x)] for x in locs)
-            stages.append(Stage(layers=(st.start, st.end), gpu=cluster.groups[g_idx].gpu.name,
-                                tp=tp, ranks=ranks, recompute=RECOMPUTE[st.recompute],
-                                ep=ep if ep > 1 else None, cp=cp if cp > 1 else None))
-        pipelines.append(Pipeline(microbatches=microbatches[p_idx], stages=tuple(stages)))
-    ranks = tuple(RankInfo(rank=r, node=names[n], local_rank=loc)
+            # Built unvalidated (thousands per search): the values are plain ints and strings
+            # of the types the fields hold, a stage's tp ranks come from `_place`, and the
+            # Plan below still runs its own checks over the whole structure.
+            stages.append(Stage.model_construct(
+                layers=(int(st.start), int(st.end)), gpu=cluster.groups[g_idx].gpu.name,
+                tp=int(tp), ranks=ranks, recompute=RECOMPUTE[st.recompute],
+                ep=int(ep) if ep > 1 else None, cp=int(cp) if cp > 1 else None))
+        pipelines.append(Pipeline.model_construct(microbatches=int(microbatches[p_idx]),
+                                                  stages=tuple(stages), shard_fraction=None))
+    ranks = tuple(RankInfo.model_construct(rank=r, node=names[n], local_rank=int(loc))
                   for (n, loc), r in sorted(rank_of.items(), key=lambda kv: kv[1]))
     return Plan(model=model_spec, cluster=cluster.spec, global_batch_size=global_batch_size,
                 micro_batch_size=micro_batch, schedule=schedule,
