@@ -229,8 +229,16 @@ def plan(model: Any, cluster: Any, *, global_batch_size: int | None = None,
         # ZeRO-2/3 prices as sharded: a tied model is searched up to ZeRO-1.
         max_zero = min(framework.max_zero, 1) if tied else framework.max_zero
         try:
-            found = best_sharding(p, sharding_estimator(graph, cluster, p, profiles=profiles,
-                                                        framework=framework), max_zero)
+            hit = search.judged.get(key)
+            if hit is not None and hit[0] == p:  # priced already to set the incumbent
+                judge, first = hit[1], hit[2]
+
+                def cost(q: Plan, p: Plan = p) -> Estimate:
+                    return first if q is p else judge(q)
+            else:
+                cost = sharding_estimator(graph, cluster, p, profiles=profiles,
+                                          framework=framework)
+            found = best_sharding(p, cost, max_zero)
         except HetplanError:
             return None  # a refinement move the estimate's rules refuse (e.g. Megatron's)
         if found is None:

@@ -23,7 +23,7 @@ import numpy as np
 from cost_models.memory import optimizer_bytes_per_param, state_bytes_per_param
 from cost_models.profiles import ProfileSet
 from planner.cluster.model import Cluster
-from planner.costing.estimate import estimate
+from planner.costing.estimate import sharding_estimator
 from planner.costing.framework import DEFAULT_FRAMEWORK, Framework
 from planner.costing.result import Estimate
 from planner.errors import HetplanError
@@ -113,6 +113,9 @@ class Search:
         self.experts = sum(layer.expert_params for layer in graph.layers)
         self.fits: dict[tuple, tuple] = {}
         self.tails: dict[tuple, np.ndarray] = {}
+        # plan_key -> (plan, its sharding judge, its estimate): plans `refresh_incumbent`
+        # priced, which the re-costing meets again.
+        self.judged: dict[tuple, tuple[Plan, Callable[[Plan], Estimate], Estimate]] = {}
         self.steps: list[tuple[int, str]] = []
         small = sum(self.gpus) <= _SMALL_CLUSTER
         self.small = small
@@ -331,8 +334,12 @@ class Search:
             for plan in self.plans(entry)[:1]:
                 if plan.schedule not in self.allowed:
                     continue  # only a plan of the space asked for may prune it
-                est = estimate(self.graph, self.cluster, plan, profiles=self.profiles,
-                               framework=self.framework)
+                # `estimate` itself, through the judge the sharding post-pass will want for
+                # this very plan (kept: its layout is the costly part).
+                judge = sharding_estimator(self.graph, self.cluster, plan,
+                                           profiles=self.profiles, framework=self.framework)
+                est = judge(plan)
+                self.judged[plan_key(plan)] = (plan, judge, est)
                 if est.feasible:
                     self.incumbent = min(self.incumbent, est.iteration_time_s)
 
