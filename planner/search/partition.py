@@ -203,6 +203,13 @@ class _Program:
                 used = np.nonzero(cols_live)[0]
                 u_lo, u_hi = int(used[0]), int(used[-1])
             for o, opt in enumerate(self.options):
+                # The stage's finite box first (plain ints): most options at most positions
+                # have none left, and then no array is touched.
+                r0, r1, b0, b1 = self.box[o][k]
+                i0, i1 = r0, min(r1, hi + 1)
+                c0, c1 = max(b0, j_lo), min(b1, j_hi + 1)
+                if i0 >= i1 or c0 >= c1:
+                    continue
                 if flat:
                     s1 = min(u_hi, size - 1 - opt.units) + 1
                     if u_lo >= s1:
@@ -214,11 +221,6 @@ class _Program:
                     if not keep.any():
                         continue
                     src, dst = src[keep], dst[keep]
-                r0, r1, b0, b1 = self.box[o][k]
-                i0, i1 = r0, min(r1, hi + 1)
-                c0, c1 = max(b0, j_lo), min(b1, j_hi + 1)
-                if i0 >= i1 or c0 >= c1:
-                    continue
                 w = self.w_ji[o][k][c0:c1, i0:i1]
                 c = w if minmax else np.where(w <= cap, self.tc_ji[o][k][c0:c1, i0:i1], inf)
                 g = prev[c0:c1][:, src]
