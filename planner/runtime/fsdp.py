@@ -32,53 +32,9 @@ import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh
 
-from planner.runtime.stage import ParamKey
-from planner.runtime.topology import element_holders
-from planner.schema import Plan
+from planner.runtime.fsdp_layout import FsdpLayout, fsdp_layout, mesh_in_rank_order
 
 __all__ = ["FsdpLayout", "fsdp_layout", "fsdp_mesh", "shard_elements"]
-
-FsdpLayout = dict[int, tuple[tuple[int, ...], ...]]
-"""Chain element → its replicas' TP groups (plan ranks), for every element FSDP2 shards."""
-
-
-def _group_elements(plan: Plan) -> dict[tuple[int, ...], set[int]]:
-    out: dict[tuple[int, ...], set[int]] = {}
-    for pipe in plan.pipelines:
-        for st in pipe.stages:
-            out.setdefault(tuple(sorted(st.ranks)), set()).update(range(*st.layers))
-    return out
-
-
-def fsdp_layout(plan: Plan, elements: dict[ParamKey, tuple[int, ...]]) -> FsdpLayout:
-    """The elements FSDP2 shards under this plan (the same answer on every rank)."""
-    if (plan.zero_stage < 2 or len(plan.pipelines) < 2 or _uneven(plan)
-            or any((st.cp or 1) > 1 for pipe in plan.pipelines for st in pipe.stages)):
-        # Context-parallel blocks reduce gradients over dp·cp with their own loss scaling
-        # (context.py); FSDP2's mean over its group would not match it: ZeRO-1 there.
-        return {}
-    tied = {e for elems in elements.values() if len(elems) > 1 for e in elems}
-    expert = {e for pipe in plan.pipelines for st in pipe.stages if (st.ep or 1) > 1
-              for e in range(*st.layers)}
-    held = _group_elements(plan)
-    out: FsdpLayout = {}
-    for elems in held.values():
-        replicas = {element_holders(plan, e) for e in elems}
-        if len(replicas) != 1:
-            continue
-        (reps,) = replicas
-        if (len(reps) < 2 or len({len(g) for g in reps}) != 1
-                or any(held[g] != elems for g in reps)):
-            continue
-        for e in elems - tied - expert:
-            out[e] = reps
-    return out
-
-
-def _uneven(plan: Plan) -> bool:
-    fractions = [p.shard_fraction for p in plan.pipelines]
-    return any(f is not None and abs(f - 1 / len(fractions)) > 1e-12 for f in fractions)
-
 
 def _dp_group(reps: tuple[tuple[int, ...], ...], tp_index: int) -> tuple[int, ...]:
     return tuple(sorted(g[tp_index] for g in reps))
@@ -96,11 +52,9 @@ def fsdp_mesh(reps: tuple[tuple[int, ...], ...], rank: int, to_torch: dict[int, 
     """The (dp, tp) mesh of this rank's replicas (dp only at TP 1), from the plan's groups;
     None when torch's rank order does not match the mesh (a plan numbering ranks out of node
     order): its group ranks would then disagree with the mesh coordinates."""
-    rows = sorted(reps, key=lambda g: to_torch[g[0]])
-    grid = [[to_torch[r] for r in g] for g in rows]
-    for col in zip(*grid, strict=True):
-        if list(col) != sorted(col):
-            return None
+    if not mesh_in_rank_order(reps, to_torch):
+        return None
+    grid = [[to_torch[r] for r in g] for g in sorted(reps, key=lambda g: to_torch[g[0]])]
     tp_index = next(g.index(rank) for g in reps if rank in g)
     dp = groups[_dp_group(reps, tp_index)]
     if len(tp_group) == 1:
