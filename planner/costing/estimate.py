@@ -15,7 +15,7 @@ shared all-reduce cannot start before the slowest pipeline has drained.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Any
 
@@ -144,6 +144,7 @@ def _layout(model: Any, cluster: Cluster | None, plan: Plan, profiles: ProfileSe
     # Data-parallel replicas repeat their stages: a stage without ep or cp links costs the same
     # on every node of its group (stage_cost reads only the group's GPU and link).
     same: dict[tuple, StageCost] = {}
+    hops: dict[tuple, float] = {}  # p2p times, shared alike (`_p2p`)
     for p, pipe in enumerate(plan.pipelines):
         s_count = len(pipe.stages) // v
         costs: list[StageCost] = []
@@ -178,10 +179,9 @@ def _layout(model: Any, cluster: Cluster | None, plan: Plan, profiles: ProfileSe
             if ep == 1 and cp == 1:
                 same[key] = costs[-1]
             chunk_nodes.append(node)
-        sends = [
-            p2p_time_s(costs[j].p2p_bytes, chunk_nodes[j], pipe.stages[j].tp, chunk_nodes[j + 1],
-                       latency_s, used_gpus) if j + 1 < len(costs) else 0.0
-            for j in range(len(costs))]
+        sends = [_p2p(hops, costs[j].p2p_bytes, chunk_nodes[j], pipe.stages[j].tp,
+                      chunk_nodes[j + 1], latency_s, used_gpus) if j + 1 < len(costs) else 0.0
+                 for j in range(len(costs))]
         devices.append([
             _Device(p, d, chunk_nodes[d], pipe.stages[d].tp,
                     tuple(range(d, len(costs), s_count)),
@@ -220,6 +220,9 @@ def _priced(layout: _Layout, plan: Plan, overlap_dp: bool, framework: Framework)
     problems: list[str] = []
     worst_sync = worst_opt = 0.0
     worst_tied = max((t for row in tied_sync for t in row), default=0.0)
+    # Replicas repeat their rows but for the pipeline number: each distinct row is built once
+    # (a device's merged cost object stands for its chunks, GPU and TP; see _layout).
+    rows: dict[tuple, StageEstimate] = {}
     for p, pipe in enumerate(plan.pipelines):
         devs = devices[p]
         keep = (plan.shard_fractions[p] if plan.pipelines[p].shard_fraction is not None
@@ -245,9 +248,16 @@ def _priced(layout: _Layout, plan: Plan, overlap_dp: bool, framework: Framework)
             worst_opt = max(worst_opt, opt[d.index])
             gathered = (_largest_layer_params(graph, plan, d, framework) * 2
                         if zero >= 3 and shard > 1 else 0.0)
-            row, problem = _stage_row(plan, d, layout.merged[p][d.index],
-                                      tl.max_inflight[d.index], len(devs), shard, zero,
-                                      gathered, keep)
+            merged = layout.merged[p][d.index]
+            key = (id(merged), d.index, d.tp, d.ep, d.cp, len(devs), tl.max_inflight[d.index],
+                   pipe.microbatches, shard, zero, gathered, keep)
+            row = rows.get(key)
+            if row is not None and row.peak_memory_gib <= row.memory_capacity_gib:
+                stage_rows.append(replace(row, pipeline=p))
+                continue
+            row, problem = _stage_row(plan, d, merged, tl.max_inflight[d.index], len(devs),
+                                      shard, zero, gathered, keep)
+            rows[key] = row
             stage_rows.append(row)
             if problem:
                 problems.append(problem)
@@ -258,6 +268,19 @@ def _priced(layout: _Layout, plan: Plan, overlap_dp: bool, framework: Framework)
                    + max(t.makespan_s - t.pipeline_s for t in timelines))
     return _summarise(graph, layout.precision, plan, layout.rank_node, iteration_s, stage_rows,
                       problems, timelines, worst_sync, worst_opt, worst_tied)
+
+
+def _p2p(hops: dict[tuple, float], nbytes: float, src: Node, src_tp: int, dst: Node,
+         latency_s: float, used_gpus: dict[str, int]) -> float:
+    """`p2p_time_s`, once per distinct input: it reads only the two nodes' groups, whether
+    they are one node, and the GPUs the plan uses on each (their NIC shares), so replicas on
+    other nodes of the same groups reuse it."""
+    key = (nbytes, src_tp, src.name == dst.name, id(src.group), id(dst.group),
+           used_gpus.get(src.name), used_gpus.get(dst.name))
+    hit = hops.get(key)
+    if hit is None:
+        hit = hops[key] = p2p_time_s(nbytes, src, src_tp, dst, latency_s, used_gpus)
+    return hit
 
 
 @lru_cache(maxsize=4096)
@@ -349,9 +372,14 @@ def _summarise(graph: LayerGraph, precision: str, plan: Plan, rank_node: dict[in
     tokens_per_s = tokens / iteration_s
     peak = 0.0
     price: float | None = 0.0
+    per_group: dict[int, float] = {}  # a group's peak, worked out once (summed per rank)
     for node in rank_node.values():
-        peak += peak_tflops(node.group.gpu, precision) * 1e12
-        pg = node.group.price_per_gpu_hour
+        group = node.group
+        flops = per_group.get(id(group))
+        if flops is None:
+            flops = per_group[id(group)] = peak_tflops(group.gpu, precision) * 1e12
+        peak += flops
+        pg = group.price_per_gpu_hour
         price = None if price is None or pg is None else price + pg
     model_flops = graph.train_flops * plan.global_batch_size
     mfu = model_flops / iteration_s / peak if peak > 0 else 0.0
