@@ -4,10 +4,9 @@ Every time the event loop (`engine.py`) computes is `max(a, b) + w`: an op ends 
 max(its device's previous end, its input's arrival) + its duration, and a transfer arrives at
 max(its producer's end, the previous micro-batch's arrival on that link) + send_s. Which
 values feed which depends only on the schedule's shape (S, V, m, schedule), so it is worked
-out once per shape here (by the engine's own round-robin walk, so every value is computed
-from the same operands in the same order) and each simulation is one flat loop over
-(a, b, w) index triples: the same floats, at about half the cost. Maxima are exact, so the
-result does not depend on which operand a tie picks.
+out once per shape here, by the engine's own round-robin walk, and each simulation is one
+flat loop over the ops: the same floats from the same operands (maxima are exact, so which
+operand a tie picks does not matter), at under half the cost.
 """
 
 from __future__ import annotations
@@ -22,54 +21,57 @@ from planner.simulate.timeline import StageTiming
 __all__ = ["pipeline_times"]
 
 _ZERO = 0
-"""Index of the constant 0.0 in the value list (time zero; no previous op or transfer)."""
+"""Index of the value 0.0 (time zero: nothing before)."""
+
+Compiled = tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], tuple[int, ...],
+                 tuple[int, ...], tuple[int, ...], tuple[tuple[int, ...], ...]]
 
 
 def pipeline_times(chunks: Sequence[StageTiming], s_count: int, v: int, m: int,
                    schedule: str) -> tuple[list[float], list[float]]:
     """Per device: when its last op ends, and its busy time (its op durations summed in run
     order, as the event loop sums them)."""
-    n = len(chunks)
-    xs, ys, ws, last_op, busy_w = _compiled(s_count, v, m, schedule)
+    src, prev, w_in, dev, w_op, last_op, busy_w = _compiled(s_count, v, m, schedule)
+    # Weights: the chunks' fwd_s, bwd_s, send_s, then 0.0 (a local input's "transfer").
     weights = ([c.fwd_s for c in chunks] + [c.bwd_s for c in chunks]
-               + [c.send_s for c in chunks])
-    assert len(weights) == 3 * n
+               + [c.send_s for c in chunks] + [0.0])
+    at = weights.__getitem__
     values = [0.0]
     append = values.append
-    for x, y, w in zip(xs, ys, map(weights.__getitem__, ws), strict=True):
+    # Per op two values: its input's arrival, max(producer, previous arrival) + send_s (a
+    # local input: max(its end, 0.0) + 0.0, the end itself, exactly), then its end,
+    # max(device free, arrival) + duration.
+    for x, y, s, d, w in zip(src, prev, map(at, w_in), dev, map(at, w_op), strict=True):
         a = values[x]
         b = values[y]
-        append((a if a > b else b) + w)
+        r = (a if a > b else b) + s
+        append(r)
+        t = values[d]
+        append((t if t > r else r) + w)
     free = [values[k] for k in last_op]
-    busy = [reduce(add, map(weights.__getitem__, idx), 0.0) for idx in busy_w]
+    busy = [reduce(add, map(at, idx), 0.0) for idx in busy_w]
     return free, busy
 
 
 @lru_cache(maxsize=64)
-def _compiled(s_count: int, v: int, m: int, schedule: str
-              ) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], tuple[int, ...],
-                         tuple[tuple[int, ...], ...]]:
-    """The value graph of one schedule shape, in the event loop's evaluation order: value k
-    (k ≥ 1) is max(value xs[k-1], value ys[k-1]) + weight ws[k-1], weights being the chunks'
-    fwd_s, then bwd_s, then send_s. Also per device: the value of its last op, and the
-    weights of its ops in run order. Raises RuntimeError where the event loop would."""
+def _compiled(s_count: int, v: int, m: int, schedule: str) -> Compiled:
+    """The ops of one schedule shape in the event loop's evaluation order, as value indices:
+    op k's arrival is value 2k + 1 = max(value src[k], value prev[k]) + weight w_in[k], its end
+    value 2k + 2 = max(value dev[k], value 2k + 1) + weight w_op[k]; weights index the chunks'
+    fwd_s, then bwd_s, then send_s, then 0.0. Also per device its last op's value and its ops'
+    weights in run order. Raises RuntimeError where the event loop would."""
     orders = device_orders(s_count, v, m, schedule)
     n = s_count * v
-    last = n - 1
-    xs: list[int] = []
-    ys: list[int] = []
-    ws: list[int] = []
-
-    def value(x: int, y: int, w: int) -> int:
-        xs.append(x)
-        ys.append(y)
-        ws.append(w)
-        return len(xs)
-
+    last, local = n - 1, 3 * n
+    src: list[int] = []
+    prev: list[int] = []
+    w_in: list[int] = []
+    dev: list[int] = []
+    w_op: list[int] = []
     fwd_end = [[-1] * m for _ in range(n)]
     bwd_end = [[-1] * m for _ in range(n)]
-    act_at = [[-1] * m for _ in range(n)]
-    grad_at = [[-1] * m for _ in range(n)]
+    act_at = [[-1] * m for _ in range(n)]  # arrival of chunk c's activation at c + 1
+    grad_at = [[-1] * m for _ in range(n)]  # arrival of chunk c + 1's gradient at c
     dev_last = [_ZERO] * s_count
     ptr = [0] * s_count
     done_devices = 0
@@ -81,30 +83,39 @@ def _compiled(s_count: int, v: int, m: int, schedule: str
             k = ptr[d]
             while k < len(order):
                 backward, i, c = order[k]
+                arrival = 2 * len(src) + 1
                 if backward:
-                    if c == last:
-                        ready = fwd_end[c][i]
-                    else:
-                        ready = grad_at[c][i]
-                        if ready < 0 and bwd_end[c + 1][i] >= 0:
-                            prev = grad_at[c][i - 1] if i and grad_at[c][i - 1] >= 0 else _ZERO
-                            ready = grad_at[c][i] = value(bwd_end[c + 1][i], prev, 2 * n + c)
-                    if ready < 0 or fwd_end[c][i] < 0:
+                    if fwd_end[c][i] < 0:
                         break
-                    bwd_end[c][i] = dev_last[d] = value(dev_last[d], ready, n + c)
+                    if c == last:
+                        src.append(fwd_end[c][i])
+                        prev.append(_ZERO)
+                        w_in.append(local)
+                    else:
+                        if bwd_end[c + 1][i] < 0:
+                            break
+                        src.append(bwd_end[c + 1][i])
+                        prev.append(grad_at[c][i - 1] if i else _ZERO)
+                        w_in.append(2 * n + c)
+                        grad_at[c][i] = arrival
+                    w_op.append(n + c)
+                    bwd_end[c][i] = arrival + 1
                 else:
                     if c == 0:
-                        ready = _ZERO
+                        src.append(_ZERO)
+                        prev.append(_ZERO)
+                        w_in.append(local)
                     else:
-                        ready = act_at[c - 1][i]
-                        if ready < 0:
-                            if fwd_end[c - 1][i] < 0:
-                                break
-                            prev = (act_at[c - 1][i - 1] if i and act_at[c - 1][i - 1] >= 0
-                                    else _ZERO)
-                            ready = act_at[c - 1][i] = value(fwd_end[c - 1][i], prev,
-                                                             2 * n + c - 1)
-                    fwd_end[c][i] = dev_last[d] = value(dev_last[d], ready, c)
+                        if fwd_end[c - 1][i] < 0:
+                            break
+                        src.append(fwd_end[c - 1][i])
+                        prev.append(act_at[c - 1][i - 1] if i else _ZERO)
+                        w_in.append(2 * n + c - 1)
+                        act_at[c - 1][i] = arrival
+                    w_op.append(c)
+                    fwd_end[c][i] = arrival + 1
+                dev.append(dev_last[d])
+                dev_last[d] = arrival + 1
                 k += 1
                 moved = True
             ptr[d] = k
@@ -112,6 +123,9 @@ def _compiled(s_count: int, v: int, m: int, schedule: str
                 done_devices += 1
         if not moved and done_devices < s_count:
             raise RuntimeError(f"schedule {schedule!r} deadlocked at ops {ptr}; this is a bug")
+    # Micro-batch i − 1 crossed each link before i: its consumer ran earlier on that device.
+    assert -1 not in prev
     busy_w = tuple(tuple(n + c if backward else c for backward, _, c in order)
                    for order in orders)
-    return tuple(xs), tuple(ys), tuple(ws), tuple(dev_last), busy_w
+    return (tuple(src), tuple(prev), tuple(w_in), tuple(dev), tuple(w_op), tuple(dev_last),
+            busy_w)
