@@ -15,7 +15,7 @@ shared all-reduce cannot start before the slowest pipeline has drained.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields
 from functools import lru_cache
 from typing import Any
 
@@ -145,6 +145,7 @@ def _layout(model: Any, cluster: Cluster | None, plan: Plan, profiles: ProfileSe
     # on every node of its group (stage_cost reads only the group's GPU and link).
     same: dict[tuple, StageCost] = {}
     hops: dict[tuple, float] = {}  # p2p times, shared alike (`_p2p`)
+    same_timings: dict[tuple, tuple[StageTiming, ...]] = {}
     for p, pipe in enumerate(plan.pipelines):
         s_count = len(pipe.stages) // v
         costs: list[StageCost] = []
@@ -188,8 +189,15 @@ def _layout(model: Any, cluster: Cluster | None, plan: Plan, profiles: ProfileSe
                     tuple(costs[j] for j in range(d, len(costs), s_count)),
                     pipe.stages[d].ep or 1, plan.cp(p))
             for d in range(s_count)])
-        timings.append(tuple(_timing(c, j, sends, s_count, framework.p2p_blocking)
-                             for j, c in enumerate(costs)))
+        # Replicas of a pipeline (same chunk costs and p2p times) share one timing tuple, so
+        # the simulation cache hashes it once.
+        shape = (tuple(map(id, costs)), tuple(sends), s_count)
+        chunk_timings = same_timings.get(shape)
+        if chunk_timings is None:
+            chunk_timings = same_timings[shape] = tuple(
+                _timing(c, j, sends, s_count, framework.p2p_blocking)
+                for j, c in enumerate(costs))
+        timings.append(chunk_timings)
     # Replicas share their StageCost objects (above), so their sums are taken once.
     sums: dict[tuple[int, ...], StageCost] = {}
     merged: list[list[StageCost]] = []
@@ -253,7 +261,7 @@ def _priced(layout: _Layout, plan: Plan, overlap_dp: bool, framework: Framework)
                    pipe.microbatches, shard, zero, gathered, keep)
             row = rows.get(key)
             if row is not None and row.peak_memory_gib <= row.memory_capacity_gib:
-                stage_rows.append(replace(row, pipeline=p))
+                stage_rows.append(_renumbered(row, p))
                 continue
             row, problem = _stage_row(plan, d, merged, tl.max_inflight[d.index], len(devs),
                                       shard, zero, gathered, keep)
@@ -335,6 +343,16 @@ def _merged(costs: tuple[StageCost, ...]) -> StageCost:
         context_activation_bytes_per_microbatch=sum(
             c.context_activation_bytes_per_microbatch for c in costs),
         context_transient_bytes=worst.context_transient_bytes)
+
+
+_ROW_FIELDS = tuple(f.name for f in fields(StageEstimate))
+
+
+def _renumbered(row: StageEstimate, pipeline: int) -> StageEstimate:
+    """`row` of another pipeline (`dataclasses.replace` without its per-call field walk)."""
+    kw = {name: getattr(row, name) for name in _ROW_FIELDS}
+    kw["pipeline"] = pipeline
+    return StageEstimate(**kw)
 
 
 def _stage_row(plan: Plan, d: _Device, merged: StageCost, max_inflight: int, s_count: int,
