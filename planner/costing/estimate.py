@@ -126,6 +126,52 @@ class _Layout:
     chunks: list[tuple[StageTiming, ...]]  # per pipeline, per chunk in layer order
 
 
+_PER_RANKS: dict[int, tuple[dict[int, Node], dict]] = {}
+
+
+def _per_ranks(rank_node: dict[int, Node]) -> dict:
+    """Sums over a plan's ranks, kept with `check_against`'s map (cached per ranks tuple and
+    cluster, plan_check.py): the same map gives the same sums."""
+    hit = _PER_RANKS.get(id(rank_node))
+    if hit is None or hit[0] is not rank_node:
+        if len(_PER_RANKS) >= 64:
+            _PER_RANKS.clear()
+        hit = _PER_RANKS[id(rank_node)] = (rank_node, {})
+    return hit[1]
+
+
+def _used_gpus(rank_node: dict[int, Node]) -> dict[str, int]:
+    """GPUs the plan uses per node name."""
+    memo = _per_ranks(rank_node)
+    used = memo.get("used")
+    if used is None:
+        used = memo["used"] = {}
+        for node in rank_node.values():
+            used[node.name] = used.get(node.name, 0) + 1
+    return used
+
+
+def _peak_and_price(rank_node: dict[int, Node], precision: str) -> tuple[float, float | None]:
+    """The plan's GPUs' summed peak FLOP/s at `precision` and summed price per hour (None
+    when a node has no price), added rank by rank."""
+    memo = _per_ranks(rank_node)
+    hit = memo.get(precision)
+    if hit is None:
+        peak = 0.0
+        price: float | None = 0.0
+        per_group: dict[int, float] = {}  # a group's peak, worked out once
+        for node in rank_node.values():
+            group = node.group
+            flops = per_group.get(id(group))
+            if flops is None:
+                flops = per_group[id(group)] = peak_tflops(group.gpu, precision) * 1e12
+            peak += flops
+            pg = group.price_per_gpu_hour
+            price = None if price is None or pg is None else price + pg
+        hit = memo[precision] = (peak, price)
+    return hit
+
+
 def _layout(model: Any, cluster: Cluster | None, plan: Plan, profiles: ProfileSet | None,
             precision: str | None, framework: Framework, capacity_factor: float) -> _Layout:
     graph, spec_precision = resolve_model(model, plan)
@@ -133,9 +179,7 @@ def _layout(model: Any, cluster: Cluster | None, plan: Plan, profiles: ProfileSe
     cluster = resolve_cluster(cluster, plan)
     # The one plan validator (model- and cluster-dependent rules); raises one SpecError line.
     rank_node = check_against(plan, graph, cluster)
-    used_gpus: dict[str, int] = {}
-    for node in rank_node.values():
-        used_gpus[node.name] = used_gpus.get(node.name, 0) + 1
+    used_gpus = _used_gpus(rank_node)
     latency_s = cluster.latency_us * 1e-6
     v = plan.virtual_stages
     mb = plan.micro_batch_size
@@ -396,17 +440,7 @@ def _summarise(graph: LayerGraph, precision: str, plan: Plan, rank_node: dict[in
                timelines: list, sync_s: float, opt_s: float, tied_s: float) -> Estimate:
     tokens = plan.global_batch_size * graph.seq_len
     tokens_per_s = tokens / iteration_s
-    peak = 0.0
-    price: float | None = 0.0
-    per_group: dict[int, float] = {}  # a group's peak, worked out once (summed per rank)
-    for node in rank_node.values():
-        group = node.group
-        flops = per_group.get(id(group))
-        if flops is None:
-            flops = per_group[id(group)] = peak_tflops(group.gpu, precision) * 1e12
-        peak += flops
-        pg = group.price_per_gpu_hour
-        price = None if price is None or pg is None else price + pg
+    peak, price = _peak_and_price(rank_node, precision)
     model_flops = graph.train_flops * plan.global_batch_size
     mfu = model_flops / iteration_s / peak if peak > 0 else 0.0
     per_m = None if price is None else price / (tokens_per_s * 3600 / 1e6)
