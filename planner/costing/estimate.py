@@ -41,7 +41,7 @@ from planner.simulate import StageTiming, simulate
 __all__ = ["estimate", "sharding_estimator", "with_prediction"]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: built 1024 / TP times per estimate; nothing writes it
 class _Device:
     pipeline: int
     index: int
@@ -228,12 +228,12 @@ def _layout(model: Any, cluster: Cluster | None, plan: Plan, profiles: ProfileSe
         sends = [_p2p(hops, costs[j].p2p_bytes, chunk_nodes[j], pipe.stages[j].tp,
                       chunk_nodes[j + 1], latency_s, used_gpus) if j + 1 < len(costs) else 0.0
                  for j in range(len(costs))]
+        cp_p = plan.cp(p)
         devices.append([
-            _Device(p, d, chunk_nodes[d], pipe.stages[d].tp,
-                    tuple(range(d, len(costs), s_count)),
-                    tuple(costs[j] for j in range(d, len(costs), s_count)),
-                    pipe.stages[d].ep or 1, plan.cp(p))
-            for d in range(s_count)])
+            _Device(p, d, chunk_nodes[d], st.tp, ids,
+                    (costs[d],) if v == 1 else tuple(costs[j] for j in ids), st.ep or 1, cp_p)
+            for d, (st, ids) in enumerate(zip(pipe.stages, _device_chunks(len(costs), s_count),
+                                              strict=False))])
         # Replicas of a pipeline (same chunk costs and p2p times) share one timing tuple, so
         # the simulation cache hashes it once.
         shape = (tuple(map(id, costs)), tuple(sends), s_count)
@@ -328,6 +328,12 @@ def _priced(layout: _Layout, plan: Plan, overlap_dp: bool, framework: Framework)
                    + max(t.makespan_s - t.pipeline_s for t in timelines))
     return _summarise(graph, layout.precision, plan, layout.rank_node, iteration_s, stage_rows,
                       problems, timelines, worst_sync, worst_opt, worst_tied)
+
+
+@lru_cache(maxsize=256)
+def _device_chunks(n_chunks: int, s_count: int) -> tuple[tuple[int, ...], ...]:
+    """Per device, its chunks' indices (chunk j on device j % S)."""
+    return tuple(tuple(range(d, n_chunks, s_count)) for d in range(s_count))
 
 
 def _p2p(hops: dict[tuple, float], nbytes: float, src: Node, src_tp: int, dst: Node,
