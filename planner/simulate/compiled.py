@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from functools import lru_cache, reduce
-from operator import add
+from operator import add, itemgetter
 
 from planner.simulate.order import device_orders
 from planner.simulate.timeline import StageTiming
@@ -38,10 +38,12 @@ def pipeline_times(chunks: Sequence[StageTiming], s_count: int, v: int, m: int,
     at = weights.__getitem__
     values = [0.0]
     append = values.append
+    # Every schedule has ≥ 2 ops (a forward and a backward), so itemgetter returns tuples.
+    sends, durations = itemgetter(*w_in)(weights), itemgetter(*w_op)(weights)
     # Per op two values: its input's arrival, max(producer, previous arrival) + send_s (a
     # local input: max(its end, 0.0) + 0.0, the end itself, exactly), then its end,
     # max(device free, arrival) + duration.
-    for x, y, s, d, w in zip(src, prev, map(at, w_in), dev, map(at, w_op), strict=True):
+    for x, y, s, d, w in zip(src, prev, sends, dev, durations, strict=True):
         a = values[x]
         b = values[y]
         r = (a if a > b else b) + s
