@@ -1,5 +1,5 @@
 """The search's speed devices change no answer and leave no trace: the stage weights kept
-across programs (`partition._WEIGHTS_BYTES`) against recomputing them every program, and the
+across programs (`stage_arrays._WEIGHTS_BYTES`) against recomputing them every program, and the
 collector freeze around `plan` (the caller's own freeze is kept)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import gc
 
 from planner.cluster import load_cluster
 from planner.graph import load_model
-from planner.search import partition, plan
+from planner.search import plan, stage_arrays
 
 
 def _answer(result) -> tuple:
@@ -20,7 +20,7 @@ def test_kept_stage_weights_give_the_recomputed_answer(monkeypatch) -> None:
     # A mixture-of-experts model: expert-parallel options and their per-shard gradient rings.
     model, cluster = load_model("tiny-moe"), load_cluster("dgx-a100")
     kept = _answer(plan(model, cluster))
-    monkeypatch.setattr(partition, "_WEIGHTS_BYTES", 0)  # nothing kept: every program computes
+    monkeypatch.setattr(stage_arrays, "_WEIGHTS_BYTES", 0)  # nothing kept: every program computes
     assert _answer(plan(model, cluster)) == kept
 
 

@@ -28,15 +28,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from cost_models.memory import inflight_microbatches
-from planner.search.stage_arrays import Fit, mode_at, most_inflight, stage_weights
+from planner.search.stage_arrays import Fit, kept_weights, mode_at, most_inflight
 from planner.search.tables import OptionCosts
 
 __all__ = ["Option", "StageChoice", "Template", "solve"]
 
 _MAX_CAPS = 48
-_WEIGHTS_BYTES = 128 << 20
-"""Stage weights kept across programs (per search, in `fits`); past it they are recomputed."""
-_HELD = ("weights bytes",)
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,23 +131,7 @@ class _Program:
             if key not in fits:  # the entry holds the costs, so their id stays unique
                 fits[key] = (opt.costs, most_inflight(opt.costs, zero_dp))
             fit = fits[key][1]
-            # The weights repeat across schedules and islands sharing this option, replica
-            # count (its tail) and m: computed once per in-flight count. The entry holds the
-            # costs and the tail, so their ids stay unique while it lives.
-            # Kept up to _WEIGHTS_BYTES in all (1024 GPUs would hold ~2 GiB).
-            wkey = ("w", id(opt.costs), zero_dp, id(opt.tail_s), m)
-            have = fits[wkey][2] if wkey in fits else {}
-            todo = [f for f in distinct if f not in have]
-            if todo:
-                more = stage_weights(opt.costs, fit, opt.tail_s, todo, m)
-                nbytes = sum(w.nbytes + tc.nbytes for w, tc, _ in more.values())
-                held = fits.get(_HELD, 0)
-                if held + nbytes <= _WEIGHTS_BYTES:
-                    fits[_HELD] = held + nbytes
-                    fits.setdefault(wkey, (opt.costs, opt.tail_s, have))
-                    have.update(more)
-                else:
-                    have = {**have, **more}
+            have = kept_weights(fits, opt.costs, fit, opt.tail_s, distinct, m, zero_dp)
             picked = [have[f] for f in self.flight[1:]]
             self.fit.append(fit)
             self.w_ji.append([np.empty(0), *(x[0] for x in picked)])
@@ -203,8 +184,6 @@ class _Program:
                 used = np.nonzero(cols_live)[0]
                 u_lo, u_hi = int(used[0]), int(used[-1])
             for o, opt in enumerate(self.options):
-                # The stage's finite box first (plain ints): most options at most positions
-                # have none left, and then no array is touched.
                 r0, r1, b0, b1 = self.box[o][k]
                 i0, i1 = r0, min(r1, hi + 1)
                 c0, c1 = max(b0, j_lo), min(b1, j_hi + 1)

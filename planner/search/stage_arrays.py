@@ -15,10 +15,14 @@ import numpy as np
 
 from planner.search.tables import OptionCosts
 
-__all__ = ["Fit", "boxes", "mode_at", "most_inflight", "stage_weights"]
+__all__ = ["Fit", "boxes", "kept_weights", "mode_at", "most_inflight", "stage_weights"]
 
 _BIG = 2**31 - 1
 """Stands for "any number of micro-batches fits" (the range holds no activations)."""
+_WEIGHTS_BYTES = 128 << 20
+"""Stage weights kept across the programs of one search; past it they are recomputed (1024
+GPUs would hold ~2 GiB)."""
+_HELD = ("weights bytes",)
 _CHUNK = 1 << 17
 """Elements per temporary (about 1 MiB): a stack of all in-flight counts of a 99-layer model
 is 8 MB an array, and freshly mapped memory costs more in page faults than the arithmetic."""
@@ -125,3 +129,27 @@ def stage_weights(c: OptionCosts, fit: Fit, tail_s: np.ndarray, inflights: list[
             box = (int(i0[x]), int(i1[x]), int(j0[x]), int(j1[x])) if j_any[x] else (0, 0, 0, 0)
             out[flight] = (w[x], tc[x], box)
     return out
+
+
+Weights = dict[int, tuple[np.ndarray, np.ndarray, tuple[int, int, int, int]]]
+
+
+def kept_weights(store: dict, c: OptionCosts, fit: Fit, tail_s: np.ndarray, inflights: list[int],
+                 m: int, zero_dp: int) -> Weights:
+    """`stage_weights`, kept in `store` (one search's) up to _WEIGHTS_BYTES in all: the weights
+    repeat across schedules and islands sharing an option, replica count (its tail) and m.
+    The entry holds the costs and the tail, so their ids stay unique while it lives."""
+    key = ("w", id(c), zero_dp, id(tail_s), m)
+    have: Weights = store[key][2] if key in store else {}
+    todo = [f for f in inflights if f not in have]
+    if todo:
+        more = stage_weights(c, fit, tail_s, todo, m)
+        nbytes = sum(w.nbytes + tc.nbytes for w, tc, _ in more.values())
+        held = store.get(_HELD, 0)
+        if held + nbytes <= _WEIGHTS_BYTES:
+            store[_HELD] = held + nbytes
+            store.setdefault(key, (c, tail_s, have))
+            have.update(more)
+        else:
+            have = {**have, **more}
+    return have
