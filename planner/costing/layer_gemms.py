@@ -6,7 +6,9 @@ for a gated MLP, FFN -> hidden). Megatron TP splits the first of each pair by co
 and the second by rows (K / t). With M the micro-batch's tokens, the forward runs
 C[M, N] = X[M, K]·W[K, N]; the backward runs the activation gradient dX[M, K] = dC·Wᵀ (a GEMM
 of M × K reducing over N) and the weight gradient dW[K, N] = Xᵀ·dC (K × N reducing over M).
-The attention core (flash / fused attention) is not a cuBLAS GEMM and keeps the wide rate.
+The attention core (flash / fused attention) is not a cuBLAS GEMM: it is priced at the wide
+rate × its kernel's own scale (`cost_models.attention`: forward, and backward for the
+activation-gradient pass), 1.0 where no kernel figure applies.
 """
 
 from __future__ import annotations
@@ -79,21 +81,24 @@ def _passes(m: int, weights: tuple[tuple[int, int], ...]
 
 def layer_gemm_factors(layer: Layer, seq_len: int, gpu: GpuSpec, precision: str, ts: int,
                        micro_batch: float, attention_share: float = 1.0,
+                       attention_scale: tuple[float, float] = (1.0, 1.0),
                        ) -> tuple[float, float, float]:
     """(forward, activation-gradient, weight-gradient) multipliers of the layer's GEMM time at
     the wide rate: its linear GEMMs priced by shape (`cost_models.gemm_shape`), the attention
-    core (`attention_share` of it run) at the wide rate, weighted by FLOPs. `ts`: the TP degree
+    core (`attention_share` of it run) at the wide rate × `attention_scale` (forward,
+    backward: its kernel's time relative to the wide rate), weighted by FLOPs. `ts`: the TP degree
     the layer is split over (1 when every rank holds it whole); `micro_batch`: sequences on
     this GPU (a fraction of one under context parallelism, which splits the tokens)."""
     c = constants_for(gpu.name, gpu.generation)
     return _factors(layer, seq_len, ts, micro_batch, attention_share,
                     gemm_wide_flops_per_s(gpu, precision), gpu.hbm_gb_per_s * 1e9 * c.memory_eff,
-                    element_bytes(gpu, precision), gpu.sm_count)
+                    element_bytes(gpu, precision), gpu.sm_count, attention_scale)
 
 
 @lru_cache(maxsize=16384)
 def _factors(layer: Layer, seq_len: int, ts: int, micro_batch: float, attention_share: float,
              wide: float, memory: float, nbytes: float, sm_count: int | None,
+             attention_scale: tuple[float, float] = (1.0, 1.0),
              ) -> tuple[float, float, float]:
     """`layer_gemm_factors` for given rates; cached per (layer, TP, micro-batch, rates): the
     search prices the same block shape for every layer and many plans."""
@@ -117,9 +122,12 @@ def _factors(layer: Layer, seq_len: int, ts: int, micro_batch: float, attention_
         return 1.0, 1.0, 1.0
     attention = attention_share * layer.fwd_attention_flops * micro_batch / ts
     out = []
-    # The attention core: its forward once, twice in the activation gradient, no weights.
-    for pass_index, att in ((0, attention), (1, 2.0 * attention), (2, 0.0)):
-        timed, flops = att, att
+    # The attention core: its forward once, twice in the activation gradient, no weights; its
+    # time is its kernel's (forward / backward scale), its FLOPs count as they are.
+    s_fwd, s_bwd = attention_scale
+    for pass_index, att, scale in ((0, attention, s_fwd), (1, 2.0 * attention, s_bwd),
+                                   (2, 0.0, 1.0)):
+        timed, flops = att * scale, att
         for m, mats, group_flops in groups:
             shapes = _passes(m, mats)[pass_index]
             timed += group_flops * shape_factor(shapes, wide_flops_per_s=wide,
