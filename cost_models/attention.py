@@ -11,8 +11,8 @@ Each figure below is the kernel's published throughput with a causal mask at hea
 (every model the validation prices has head dim 112-128), at long sequences (8k-16k tokens,
 where the kernel's rate has flattened), as a fraction of the GPU's dense 16-bit tensor peak,
 counting the causal FLOPs as the kernel benchmarks do (half the non-causal 4·s²·d per head
-forward, 2.5× that backward). A (kernel, generation) with no published figure keeps the GEMM
-rate: the pricing is then what it was before this module.
+forward, 2.5× that backward). A (kernel, generation) with no published figure, or one not in
+`PRICED`, keeps the GEMM rate: the pricing is then what it was before this module.
 
 Forward and backward are separate because the backward is the slower kernel on every GPU and
 every implementation measured, and it is two thirds of the attention core's FLOPs.
@@ -24,7 +24,7 @@ from cost_models.compute import matmul_dtype
 from cost_models.efficiency import constants_for
 from cost_models.gpu import GpuSpec
 
-__all__ = ["ATTENTION_KERNELS", "FA2_A100", "KERNEL_EFFICIENCY", "TRITON_FA1_SLOWDOWN",
+__all__ = ["ATTENTION_KERNELS", "FA2_A100", "KERNEL_EFFICIENCY", "PRICED", "TRITON_FA1_SLOWDOWN",
            "attention_scale_on", "attention_time_scale"]
 
 ATTENTION_KERNELS = ("", "fa2", "cudnn", "fa3", "te", "triton-fa1")
@@ -91,25 +91,29 @@ KERNEL_EFFICIENCY: dict[tuple[str, str], tuple[float, float]] = {
                                / TRITON_FA1_SLOWDOWN[1]),
 }
 """(kernel, GPU generation) -> (forward, backward) share of the dense 16-bit tensor peak the
-causal attention core reaches.
+causal attention core reaches, as published (priced only where `PRICED` says)."""
 
-Left out on purpose (measured with `hetplan validate`, docs/cost-model.md §7): FlashAttention-2
-on Ampere (`FA2_A100`, 0.66 / 0.57 against the fitted GEMM 0.63) moved torchtitan_a100.csv
-from 9.1 to 9.5 % MAPE: the Ampere GEMM constant was fitted on those rows with FA2 inside
-them, and every row is already priced too slow. Transformer Engine's kernels ("te": cuDNN
-on Hopper at the figures above) moved NeMo's H100 tables from 3.1 / 6.3 to 3.4 / 8.7 %
-(already too slow; NeMo 25.x runs cuDNN releases newer than the FA3 paper's). Both keep the
-GEMM rate until the constants are refitted with the attention core priced apart."""
+PRICED = frozenset({("triton-fa1", "ampere"), ("triton-fa1", "hopper")})
+"""The figures `attention_time_scale` applies. The others are measured with `hetplan validate`
+(docs/cost-model.md §7) and left at the GEMM rate on purpose: the fitted GEMM constants
+(Ampere 0.63, Hopper 0.62 of the peak) were fitted on torchtitan, Llama 3 and NeMo runs with
+these kernels inside them, so pricing the kernel apart needs a joint refit first.
+FlashAttention-2 on Hopper (hetplan's runtime, torchtitan) brings torchtitan_h100.csv from 8.3
+to 1.7 % MAPE but torchtitan_a100.csv's H100 row (Llama 3.1 405B, already −16.4 %) to −18.3 %
+(file 9.1 -> 9.3 %) and slows every H100 estimate of those stacks, short sequences included;
+FlashAttention-2 on Ampere (`FA2_A100`) moved torchtitan_a100.csv to 9.5 %; Transformer
+Engine's cuDNN attention on Hopper (Megatron-Core) moved NeMo's H100 tables from 3.1 / 6.3 to
+3.4 / 8.7 % (rows already too slow; NeMo 25.x runs newer cuDNN than the FA3 paper measured)."""
 
 
 def attention_time_scale(kernel: str, generation: str, gemm_eff: float,
                          dtype: str = "bf16") -> tuple[float, float]:
     """(forward, backward) multipliers of the attention core's time priced at the GEMM rate
     (`gemm_eff` of the peak): gemm_eff / the kernel's own share, or 1.0 where no figure is
-    published for this kernel on this generation, or the GEMMs do not run at the 16-bit peak
-    the figures are shares of (fp32 / tf32 GEMMs: the attention core is then not a flash
-    kernel's 16-bit work)."""
-    eff = KERNEL_EFFICIENCY.get((kernel, generation))
+    published and priced (`PRICED`) for this kernel on this generation, or the GEMMs do not
+    run at the 16-bit peak the figures are shares of (fp32 / tf32 GEMMs: the attention core
+    is then not a flash kernel's 16-bit work)."""
+    eff = KERNEL_EFFICIENCY.get((kernel, generation)) if (kernel, generation) in PRICED else None
     if eff is None or gemm_eff <= 0 or dtype not in ("bf16", "fp16", "fp8"):
         return 1.0, 1.0
     return gemm_eff / eff[0], gemm_eff / eff[1]
