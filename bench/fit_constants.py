@@ -29,6 +29,11 @@ from cost_models import efficiency  # noqa: E402
 from cost_models.catalog import get_gpu  # noqa: E402
 from cost_models.compute import matmul_dtype  # noqa: E402
 from cost_models.profiles import ProfileSet  # noqa: E402
+from planner.costing.framework import (  # noqa: E402
+    AMP_DEEPSPEED_MEGATRON,
+    SAILOR_DEEPSPEED,
+    Framework,
+)
 from planner.costing.validation.common import graph_for  # noqa: E402
 
 MODELS = {"OPT-350": "opt-350m", "GPT-Neo-2.7": "gpt-neo-2.7b"}
@@ -69,10 +74,17 @@ def _with(old: efficiency.ComputeConstants, unit: str, eff: float,
         eff if unit == "cuda" else old.cuda_eff, old.memory_eff, ks, "fit")
 
 
+def framework_of(graph) -> Framework:
+    """The stack each layer profile was measured in: AMP's DeepSpeed-Megatron 1.1.5 (fp16) or
+    Sailor's Megatron-DeepSpeed (fp32), both with eager attention over the full s×s scores
+    (their records in planner/costing/framework.py), so the fit prices the work they ran."""
+    return SAILOR_DEEPSPEED if graph.dtype_bytes == 4 else AMP_DEEPSPEED_MEGATRON
+
+
 def predict(gpu_name: str, graph, layer: int, mb: int, precision: str) -> tuple[float, float]:
     sc._CACHE.clear()
     c = sc.stage_cost(graph, layer, layer + 1, get_gpu(gpu_name), 1, mb, "none",
-                      precision=precision, profiles=NONE)
+                      precision=precision, profiles=NONE, framework=framework_of(graph))
     return c.fwd_s, c.bwd_s
 
 

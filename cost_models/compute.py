@@ -124,6 +124,8 @@ class LayerWork:
     gemm_scale: tuple[float, float, float] = (1.0, 1.0, 1.0)
     """(forward, activation-gradient, weight-gradient) multipliers of the GEMM time: the tile,
     wave and memory-bound losses of this layer's GEMM shapes on this GPU (1.0: none)."""
+    bwd_memory_bytes: float | None = None
+    """HBM traffic of the backward's memory-bound ops (None: twice `fwd_memory_bytes`)."""
 
 
 def _with_launches(gpu_s: float, kernels: int, kernel_s: float, overlapped: bool) -> float:
@@ -151,8 +153,10 @@ def layer_compute_s(work: LayerWork, gpu: GpuSpec, precision: str,
     n, ov = work.kernels_fwd, dispatch_overlapped
     fwd = _with_launches(gemm_s(work.fwd_matmul_flops, gpu, precision, w, sf)
                          + memory_s(work.fwd_memory_bytes, gpu), n, kernel_s, ov)
+    bwd_bytes = (2 * work.fwd_memory_bytes if work.bwd_memory_bytes is None
+                 else work.bwd_memory_bytes)
     bwd_act = _with_launches(gemm_s(work.bwd_act_matmul_flops, gpu, precision, w, sa)
-                             + memory_s(2 * work.fwd_memory_bytes, gpu), n, kernel_s, ov)
+                             + memory_s(bwd_bytes, gpu), n, kernel_s, ov)
     bwd_weight = _with_launches(gemm_s(work.bwd_weight_matmul_flops, gpu, precision, w, sw),
                                 n, kernel_s, ov)
     return fwd, bwd_act, bwd_weight

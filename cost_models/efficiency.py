@@ -49,23 +49,31 @@ class ComputeConstants:
 # the 125 peak end to end, i.e. ~40 % inside the GEMMs); Turing borrows Volta's (AMP's T4
 # profile implies 0.10 in DeepSpeed-Megatron 1.1.5: that framework's figure, kept in the
 # profile file, not here). TF32 and FP32 (CUDA-core) efficiencies: fitted on Sailor's TP-1
-# layer times (bench/fit_constants.py). Per-kernel cost: one value for all generations, the
+# layer times (bench/fit_constants.py), each layer priced as Sailor's stack ran it
+# (`SAILOR_DEEPSPEED`: eager attention over the full s×s scores, whose unfused fp32 mask and
+# softmax passes move a·s² elements through HBM; Megatron's FusedScaleMaskSoftmax has no fp32
+# kernel). Fitted before with the default record (causal flash attention: half the attention
+# FLOPs, no score traffic, the score GEMMs at the wide rate), the GEMM efficiencies absorbed
+# OPT-350M's score traffic and its memory-bound head-dim-64 score GEMMs and came out low:
+# Ampere/Hopper TF32 0.40/0.26 -> 0.74/0.50, Volta/Turing FP32 0.76/0.60 -> 0.94/0.84 (rms
+# log error 0.28 -> 0.22 at 20 us per kernel; cuBLAS's large SGEMM/TF32 GEMMs reach a similar
+# share of peak). Per-kernel cost: one value for all generations, the
 # framework's dispatch cost; the Sailor fit is flat between 20 and 60 us (rms log error
 # 0.30 -> 0.28), 20 us keeps large-model estimates unaffected.
 _KERNEL_S = 20e-6
 _CONSTANTS: dict[str, ComputeConstants] = {
-    "volta": ComputeConstants(0.40, 0.40, 0.76, 0.70, _KERNEL_S,
+    "volta": ComputeConstants(0.40, 0.40, 0.94, 0.70, _KERNEL_S,
                               "tensor: Megatron-LM 2019 V100; fp32: sailor V100-16 TP1 layers"),
-    "turing": ComputeConstants(0.40, 0.40, 0.60, 0.70, _KERNEL_S,
+    "turing": ComputeConstants(0.40, 0.40, 0.84, 0.70, _KERNEL_S,
                                "tensor: volta's; fp32: sailor Titan-RTX / RTX-2080 TP1 layers"),
-    "ampere": ComputeConstants(0.63, 0.40, 0.70, 0.70, _KERNEL_S,
+    "ampere": ComputeConstants(0.63, 0.74, 0.70, 0.70, _KERNEL_S,
                                "bf16: torchtitan A100, BLOOM, MT-NLG; tf32: sailor A100 / 3090"),
     "ada": ComputeConstants(0.63, 0.40, 0.70, 0.70, _KERNEL_S,
                             "no public training data: ampere's values"),
     # fp8 (0.48 of the fp8 peak): fitted on nemo_h100.csv's 7 rows priced with the megatron
     # record (0.46 / 0.48 / 0.50 / 0.55 -> MAPE 3.8 / 3.0 / 4.5 / 11.8 %); fp8 GEMMs reach a
     # smaller share of their doubled peak than bf16 (scaling, casts, the same memory traffic).
-    "hopper": ComputeConstants(0.62, 0.26, 0.70, 0.70, _KERNEL_S,
+    "hopper": ComputeConstants(0.62, 0.50, 0.70, 0.70, _KERNEL_S,
                                "bf16: torchtitan H100, Llama 3 405B; tf32: sailor GH-96 TP1; "
                                "fp8: NeMo H100", fp8_eff=0.48),
     "blackwell": ComputeConstants(0.62, 0.26, 0.70, 0.70, _KERNEL_S,

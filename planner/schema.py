@@ -271,9 +271,6 @@ def _check_context_groups(plan: Plan) -> None:
                 raise ValueError(f"{where}.stages.{s_idx}: cp {st.cp or 1} but stage 0 has cp "
                                  f"{cp}; every stage of a pipeline splits the sequence the "
                                  "same way")
-            if (st.ep or 1) > 1 and cp > 1:
-                raise ValueError(f"{where}.stages.{s_idx}: ep {st.ep} with cp {cp} is not "
-                                 "supported; use ep 1 or cp 1")
         if cp == 1:
             continue
         first = p_idx // cp * cp

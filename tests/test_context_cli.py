@@ -26,13 +26,22 @@ def test_estimate_llama3_70b_cp4_at_131072_tokens(capsys) -> None:
             a["memory_gib"]["activations"] / 4, rel=1e-5)
         assert b["peak_memory_gib"] < a["peak_memory_gib"]
     assert four["feasible"]
+    # hetplan's runtime all-gathers K/V: its part of the peak, from the closed form. Whole
+    # K/V of a 131 072-token sequence on one TP-8 rank's 1 of 8 KV heads (head_dim 128,
+    # bf16): 2 · 131072 · 1 · 128 · 2 B; the mask 32768 × 131072 × 2 B, once per stage.
+    whole = 2 * 131072 * 1 * 128 * 2
+    mask = 131072 // 4 * 131072 * 2
+    for s in four["stages"]:  # full recompute: one block's backward, nothing saved
+        assert s["memory_gib"]["context"] * 2**30 == pytest.approx(
+            1.5 * whole + whole * 3 / 4 + mask, abs=2**30 * 1e-6)
+    assert all("context" not in s["memory_gib"] for s in one["stages"])
 
 
 def test_estimate_with_only_cp_and_seq_len_prints_the_cp_table(capsys) -> None:
     code, out, err = run_cli(["estimate", "llama3-70b", "dgx-a100", "--cp", "4", "--seq-len",
                               "131072"], capsys)
     assert code in (0, 3), err  # tp 1 · pp 1 cannot hold 70 B: infeasible, with the numbers
-    assert "CP" in out and "activ" in out and "Traceback" not in err
+    assert "CP" in out and "activ" in out and "cp K/V" in out and "Traceback" not in err
     assert "context parallelism: cp 4" in out
     code, _, err = run_cli(["estimate", "llama3-70b", "dgx-a100", "--cp", "3", "--seq-len",
                             "131072"], capsys)

@@ -32,10 +32,10 @@ RING = Framework(cp_ring_overlap=True)  # hetplan's defaults, but Megatron-Core'
 
 
 def _stage(graph, cp: int, link: Link | None = None, tp: int = 1, mb: int = 2,
-           recompute: str = "none", framework: Framework = RING):
+           recompute: str = "none", framework: Framework = RING, sp: bool = False):
     return stage_cost(graph, 0, len(graph.layers), A100, tp, mb, recompute, precision="bf16",
                       cp=cp, cp_link=link if cp > 1 else None, profiles=NONE,
-                      framework=framework)
+                      framework=framework, sequence_parallel=sp)
 
 
 def test_ring_bytes_closed_form() -> None:
@@ -84,6 +84,57 @@ def test_cp_is_the_micro_batch_split_when_the_ring_is_free() -> None:
     single = _stage(graph, 1, mb=1)
     assert half.fwd_s == pytest.approx(single.fwd_s, rel=1e-12)
     assert half.bwd_s == pytest.approx(single.bwd_s, rel=1e-12)
+
+
+@pytest.mark.parametrize("recompute", ["none", "selective", "full"])
+def test_cp_with_sequence_parallel_is_the_micro_batch_split(recompute: str) -> None:
+    # The runtime runs sequence parallelism inside each cp rank's seq/cp tokens (the residual
+    # stream sliced over TP, attention inputs all-gathered over TP, then K/V over cp): per
+    # GPU, the work, TP collectives and activations of mb/cp whole sequences under SP.
+    graph = _llama(64).graph
+    both = _stage(graph, 2, FAST, tp=2, mb=2, recompute=recompute, sp=True)
+    sp_only = _stage(graph, 1, tp=2, mb=1, recompute=recompute, sp=True)
+    assert both.fwd_s == pytest.approx(sp_only.fwd_s, rel=1e-12)
+    assert both.bwd_s == pytest.approx(sp_only.bwd_s, rel=1e-12)
+    assert both.activation_bytes_per_microbatch == pytest.approx(
+        sp_only.activation_bytes_per_microbatch, rel=1e-12)
+    assert both.recompute_transient_bytes == pytest.approx(
+        sp_only.recompute_transient_bytes, rel=1e-12)
+    # SP splits what TP alone keeps whole (norm inputs, dropout masks): less than cp alone.
+    assert both.activation_bytes_per_microbatch < _stage(
+        graph, 2, FAST, tp=2, mb=2, recompute=recompute).activation_bytes_per_microbatch
+
+
+def test_cp_with_ep_is_the_micro_batch_split() -> None:
+    # Routing is per token: each cp rank dispatches its seq/cp tokens over the ep-group, so
+    # the all-to-alls, expert GEMMs and activations are those of mb/cp whole sequences.
+    graph = planner.load_model("tiny-moe").graph
+    a2a = Link(5.0, 1e-5)
+
+    def cost(cp: int, mb: int):
+        return stage_cost(graph, 0, len(graph.layers), A100, 1, mb, "none", precision="bf16",
+                          cp=cp, cp_link=FAST if cp > 1 else None, profiles=NONE,
+                          framework=RING, ep=2, ep_link=a2a)
+
+    both, ep_only = cost(2, 2), cost(1, 1)
+    assert both.fwd_s == pytest.approx(ep_only.fwd_s, rel=1e-12)
+    assert both.bwd_s == pytest.approx(ep_only.bwd_s, rel=1e-12)
+    assert both.activation_bytes_per_microbatch == pytest.approx(
+        ep_only.activation_bytes_per_microbatch, rel=1e-12)
+    assert both.params_per_gpu == ep_only.params_per_gpu  # E/ep experts on every cp rank
+
+
+def test_megatron_plan_ep_over_dp_times_cp() -> None:
+    # EP over consecutive pipelines, data- or context-parallel: ep 4 over dp 2 × cp 2.
+    model = planner.load_model("tiny-moe")
+    cl = load_cluster("dgx-a100")
+    plan = megatron_plan(model, cl, tp=1, pp=2, dp=2, cp=2, ep=4, micro_batch=1,
+                         global_batch=2)
+    assert plan.cp(0) == 2 and plan.pipelines[3].stages[1].ep == 4
+    est = estimate(model, cl, plan, profiles=NONE)
+    assert est.feasible and all(s.cp == 2 for s in est.stages)
+    with pytest.raises(HetplanError, match="dp × cp = 2"):
+        megatron_plan(model, cl, tp=1, pp=1, dp=1, cp=2, ep=4, micro_batch=1, global_batch=1)
 
 
 def test_slow_ring_costs_its_bytes_per_block() -> None:

@@ -70,12 +70,17 @@ def _table(est: Any, title: str, plan: Any) -> Table:
     """Per stage: time, and memory per GPU by part (GiB) adding up to the peak."""
     from planner.report.plan_view import device_chunks, layer_ranges
 
-    t = Table(title=title, caption="GiB per GPU: weights + grads + optimizer + activations + "
-              "other (recompute transient, framework overhead) = peak, of capacity")
-    # Context parallelism's column appears when a stage uses it (its point is the memory).
+    # Context parallelism's columns appear when a stage uses it (its point is the memory);
+    # "cp K/V" when the runtime all-gathers K/V (StageMemory.context_gib).
     cp = any(s.cp > 1 for s in est.stages)
+    kv = any(s.memory is not None and s.memory.context_gib > 0 for s in est.stages)
+    t = Table(title=title, caption="GiB per GPU: weights + grads + optimizer + activations + "
+              "other (recompute transient, framework overhead)"
+              + (" + cp K/V (gathered K/V saved and in backward)" if kv else "")
+              + " = peak, of capacity")
     for col in ("pipe", "stage", "GPU", "TP", *(("CP",) if cp else ()), "layers", "fwd ms",
-                "bwd ms", "weights", "grads", "optim", "activ", "other", "peak GiB"):
+                "bwd ms", "weights", "grads", "optim", "activ", "other",
+                *(("cp K/V",) if kv else ()), "peak GiB"):
         t.add_column(col, justify="right" if col not in ("GPU", "layers") else "left")
     for s in est.stages:
         mem = f"{s.peak_memory_gib:.1f} / {s.memory_capacity_gib:.0f}"
@@ -83,8 +88,9 @@ def _table(est: Any, title: str, plan: Any) -> Table:
             mem = f"[red]{mem}[/red]"
         m = s.memory
         parts = ([f"{x:.2f}" for x in (m.weights_gib, m.gradients_gib, m.optimizer_gib,
-                                       m.activations_gib, m.other_gib)]
-                 if m is not None else ["-"] * 5)
+                                       m.activations_gib, m.other_gib,
+                                       *((m.context_gib,) if kv else ()))]
+                 if m is not None else ["-"] * (6 if kv else 5))
         t.add_row(str(s.pipeline), str(s.stage), s.gpu, str(s.tp),
                   *((str(s.cp),) if cp else ()),
                   layer_ranges(device_chunks(plan, s.pipeline, s.stage)), f"{s.fwd_ms:.2f}",

@@ -215,6 +215,7 @@ def _stage_row(plan: Plan, d: _Device, max_inflight: int, s_count: int,
     pipe = plan.pipelines[d.pipeline]
     inflight = (max_inflight / v if max_inflight else
                 inflight_microbatches(plan.schedule, s_count, d.index, pipe.microbatches, v))
+    worst = max(d.costs, key=lambda c: c.recompute_transient_bytes)  # its backward peaks
     merged = StageCost(
         fwd_s=sum(c.fwd_s for c in d.costs), bwd_s=sum(c.bwd_s for c in d.costs),
         bwd_weight_s=sum(c.bwd_weight_s for c in d.costs),
@@ -224,9 +225,12 @@ def _stage_row(plan: Plan, d: _Device, max_inflight: int, s_count: int,
         activation_bytes_per_microbatch=sum(c.activation_bytes_per_microbatch for c in d.costs),
         p2p_bytes=d.costs[-1].p2p_bytes,
         optimizer_step_s=sum(c.optimizer_step_s for c in d.costs),
-        recompute_transient_bytes=max(c.recompute_transient_bytes for c in d.costs),
+        recompute_transient_bytes=worst.recompute_transient_bytes,
         recompute_s=sum(c.recompute_s for c in d.costs),
-        expert_optimizer_bytes_per_gpu=sum(c.expert_optimizer_bytes_per_gpu for c in d.costs))
+        expert_optimizer_bytes_per_gpu=sum(c.expert_optimizer_bytes_per_gpu for c in d.costs),
+        context_activation_bytes_per_microbatch=sum(
+            c.context_activation_bytes_per_microbatch for c in d.costs),
+        context_transient_bytes=worst.context_transient_bytes)
     memory = stage_memory(merged, inflight, shard, zero, gathered, ep=d.ep, fraction=keep)
     peak = memory.total_gib
     sharded = (2 * (stage_peak_memory_gib(merged, inflight, shard, zero, gathered, ep=d.ep,

@@ -96,6 +96,18 @@ class Framework:
     """The s×s attention probabilities are kept for the backward (eager attention)."""
     attention_dropout: bool = False
     """With `keeps_attention_probs`: attention dropout keeps its mask and dropped copy too."""
+    score_passes: tuple[int, int] = (0, 0)
+    """With `keeps_attention_probs`: (forward, backward) full reads plus writes of the s×s
+    attention scores by the unfused elementwise kernels between the two attention GEMMs
+    (scale, mask, softmax, dropout and their gradients), each moving a·s² elements per sequence
+    at the activation dtype through HBM; attention dropout adds its 1-byte mask, written
+    forward and read backward. The graph's memory traffic is a flash kernel's, which keeps
+    the scores on chip, so this is the eager attention's extra time (`stage_cost`)."""
+    eager_attention_gemms: bool = False
+    """With `keeps_attention_probs`: the attention core's two GEMMs per head (scores Q·Kᵀ and
+    P·V, and their four backward GEMMs) are cuBLAS batched GEMMs that read or write the s×s
+    scores in HBM, priced by their shapes like the linear GEMMs (memory-bound at a small head
+    dimension; `planner.costing.layer_gemms`); False: at the wide GEMM rate."""
     host_dispatch_overlapped: bool = False
     """Host dispatch runs ahead of the GPU (asynchronous launches, nothing synchronises per
     kernel): a pass costs max(GPU work + a small gap per kernel, dispatch of all kernels)
@@ -147,6 +159,11 @@ class Framework:
                              f"{self.attention_kernel!r}")
         if self.attention_dropout and not self.keeps_attention_probs:
             raise ValueError("attention_dropout needs keeps_attention_probs")
+        if any(n < 0 for n in self.score_passes) or (any(self.score_passes)
+                                                    and not self.keeps_attention_probs):
+            raise ValueError("score_passes must be >= 0 and needs keeps_attention_probs")
+        if self.eager_attention_gemms and not self.keeps_attention_probs:
+            raise ValueError("eager_attention_gemms needs keeps_attention_probs")
 
 
 DEFAULT_FRAMEWORK = Framework()
@@ -168,12 +185,17 @@ DEEPSPEED_PIPELINE = Framework(attention_kernel="", max_zero=1, name="deepspeed-
 SAILOR_DEEPSPEED = Framework(attention_kernel="", name="sailor-deepspeed-megatron",
                              attention_flops_share=1.0,
                              max_zero=1, pads_vocab=True, tied_grad_pairs=True,
-                             keeps_attention_probs=True)
+                             keeps_attention_probs=True, score_passes=(4, 5),
+                             eager_attention_gemms=True)
 """Sailor's runs: Megatron-DeepSpeed with DeepSpeed's pipeline engine (`deepspeed/pipe_engine.py`
 in Sailor's repository), non-blocking as `MEGATRON_EAGER` prices it (docs/cost-model.md §7).
 Its attention is eager: `baddbmm` scores, `FusedScaleMaskSoftmax`, `bmm` with the kept
 probabilities (`megatron/model/gpt_neo_model.py`), which defines an attention dropout but
-never applies it."""
+never applies it. Sailor trained in fp32, and Megatron's `FusedScaleMaskSoftmax` runs its
+fused kernel only for 16-bit inputs (`is_kernel_available`), so the mask (`masked_fill_`,
+read and write) and the softmax (read and write) are separate passes over the s×s scores,
+and their gradients one pass more (softmax backward reads the output and the gradient):
+`score_passes` (4, 5). The score GEMMs are cuBLAS `baddbmm` / `bmm`: `eager_attention_gemms`."""
 
 AMP_DEEPSPEED_MEGATRON = Framework(attention_kernel="", name="deepspeed-megatron-1.1.5",
                                    attention_flops_share=1.0,
@@ -185,7 +207,13 @@ DeepSpeed's `_exec_reduce_tied_grads`, which all-reduces the fp16 `.grad` of the
 embedding over each pipeline's first and last stage (`fp32_allreduce` applies to the DP
 all-reduce only), Megatron's eager attention with dropout on the probabilities. Its
 blocking p2p is left out: modelled, it made every AMP figure worse
-(docs/cost-model.md §7)."""
+(docs/cost-model.md §7). Its eager attention's score passes (in-place `masked_fill_` in
+`gpt2_model.py`, softmax, dropout: (6, 7) and the dropout mask) and score GEMM shapes are
+left out too: priced, they take analytic AMP from 42.0 / 29.4 % to 33.5 / 23.8 % MAPE
+(T4 / het) but AMP het's ranking with profiles from ρ 0.718 to 0.638 (the shapes alone: 39.2
+/ 27.6 %, ρ 0.696), all of it through the five het rows with TP >= 2, PP >= 4 and micro-batch
+1-2 that no modelled cost explains (docs/cost-model.md §7); without those rows ρ is 0.958
+before and 0.953 after."""
 
 HETPLAN_RUNTIME = Framework(
     name="hetplan",

@@ -81,6 +81,7 @@ def _passes(m: int, weights: tuple[tuple[int, int], ...]
 
 def layer_gemm_factors(layer: Layer, seq_len: int, gpu: GpuSpec, precision: str, ts: int,
                        micro_batch: float, attention_share: float = 1.0,
+                       eager_attention: bool = False,
                        attention_scale: tuple[float, float] = (1.0, 1.0),
                        ) -> tuple[float, float, float]:
     """(forward, activation-gradient, weight-gradient) multipliers of the layer's GEMM time at
@@ -88,16 +89,39 @@ def layer_gemm_factors(layer: Layer, seq_len: int, gpu: GpuSpec, precision: str,
     core (`attention_share` of it run) at the wide rate × `attention_scale` (forward,
     backward: its kernel's time relative to the wide rate), weighted by FLOPs. `ts`: the TP degree
     the layer is split over (1 when every rank holds it whole); `micro_batch`: sequences on
-    this GPU (a fraction of one under context parallelism, which splits the tokens)."""
+    this GPU (a fraction of one under context parallelism, which splits the tokens).
+    `eager_attention`: the attention core is two cuBLAS batched GEMMs per head over the
+    materialised s×s scores (`Framework.keeps_attention_probs`), priced by their shapes like
+    the linear GEMMs (`_eager_attention_shapes`)."""
     c = constants_for(gpu.name, gpu.generation)
     return _factors(layer, seq_len, ts, micro_batch, attention_share,
                     gemm_wide_flops_per_s(gpu, precision), gpu.hbm_gb_per_s * 1e9 * c.memory_eff,
-                    element_bytes(gpu, precision), gpu.sm_count, attention_scale)
+                    element_bytes(gpu, precision), gpu.sm_count, eager_attention,
+                    attention_scale)
+
+
+def _eager_attention_shapes(layer: Layer, seq_len: int, ts: int, micro_batch: float
+                            ) -> tuple[tuple[GemmShape, ...], tuple[GemmShape, ...]] | None:
+    """(forward, activation-gradient) GEMMs of an eager attention core, per head d = h / a:
+    forward S = Q·Kᵀ (s, s, d) and O = P·V (s, d, s); backward dP = dO·Vᵀ (s, s, d), dV =
+    Pᵀ·dO, dQ = dS·K and dK = dSᵀ·Q (s, d, s each). The heads of the micro-batch on this GPU
+    run as one batched GEMM, stacked along M (waves and tiles over all of them). Each moves
+    the s×s operand through HBM, so with a small head dimension (64: 32 FLOPs per fp32 byte)
+    they are memory-bound where a GPU's FLOPs per byte of bandwidth are higher."""
+    if not layer.tp_dims or layer.fwd_attention_flops <= 0:
+        return None
+    heads = layer.tp_dims[0]
+    d = max(1, round(layer.matmul_dim / heads))
+    batch = max(1, round(micro_batch * heads / ts))
+    s = seq_len
+    return ((GemmShape(batch * s, s, d), GemmShape(batch * s, d, s)),
+            (GemmShape(batch * s, s, d),) + (GemmShape(batch * s, d, s),) * 3)
 
 
 @lru_cache(maxsize=16384)
 def _factors(layer: Layer, seq_len: int, ts: int, micro_batch: float, attention_share: float,
              wide: float, memory: float, nbytes: float, sm_count: int | None,
+             eager_attention: bool = False,
              attention_scale: tuple[float, float] = (1.0, 1.0),
              ) -> tuple[float, float, float]:
     """`layer_gemm_factors` for given rates; cached per (layer, TP, micro-batch, rates): the
@@ -121,13 +145,19 @@ def _factors(layer: Layer, seq_len: int, ts: int, micro_batch: float, attention_
     if not groups:
         return 1.0, 1.0, 1.0
     attention = attention_share * layer.fwd_attention_flops * micro_batch / ts
+    eager = _eager_attention_shapes(layer, seq_len, ts, micro_batch) if eager_attention else None
     out = []
-    # The attention core: its forward once, twice in the activation gradient, no weights; its
-    # time is its kernel's (forward / backward scale), its FLOPs count as they are.
+    # The attention core: its forward once, twice in the activation gradient, no weights; a
+    # flash kernel's time is its kernel's (forward / backward scale, `cost_models.attention`),
+    # an eager core's its batched GEMMs' shapes; its FLOPs count as they are.
     s_fwd, s_bwd = attention_scale
     for pass_index, att, scale in ((0, attention, s_fwd), (1, 2.0 * attention, s_bwd),
                                    (2, 0.0, 1.0)):
         timed, flops = att * scale, att
+        if eager is not None and pass_index < 2 and att > 0:
+            timed = att * shape_factor(eager[pass_index], wide_flops_per_s=wide,
+                                       memory_bytes_per_s=memory, element_bytes=nbytes,
+                                       sm_count=sm_count)
         for m, mats, group_flops in groups:
             shapes = _passes(m, mats)[pass_index]
             timed += group_flops * shape_factor(shapes, wide_flops_per_s=wide,

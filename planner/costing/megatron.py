@@ -48,8 +48,9 @@ def _spec_dict(model: Any) -> dict[str, Any] | None:
     return spec.model_dump(mode="json") if hasattr(spec, "model_dump") else dict(spec)
 
 
-def _check_ep(graph: Any, ep: int, dp: int) -> None:
-    """Expert parallelism runs over consecutive data-parallel replicas (Megatron's EP ⊆ DP)."""
+def _check_ep(graph: Any, ep: int, dp: int, cp: int = 1) -> None:
+    """Expert parallelism runs over consecutive pipelines, data- or context-parallel
+    (Megatron-Core's EP ⊆ DP × CP): routing is per token, whichever sequence part it is."""
     if ep == 1:
         return
     experts = max((layer.num_experts for layer in graph.layers), default=0)
@@ -58,9 +59,10 @@ def _check_ep(graph: Any, ep: int, dp: int) -> None:
                            if experts == 0 else f"--ep must be >= 1, got {ep}")
     if experts % ep:
         raise HetplanError(f"--ep {ep} does not divide the {experts} experts; pick a divisor")
-    if dp % ep:
-        raise HetplanError(f"--ep {ep} must divide --dp {dp}: experts are split over groups "
-                           "of ep data-parallel replicas")
+    if dp * cp % ep:
+        what = f"--dp {dp}" if cp == 1 else f"dp × cp = {dp * cp}"
+        raise HetplanError(f"--ep {ep} must divide {what}: experts are split over groups "
+                           "of ep consecutive pipelines")
 
 
 def megatron_plan(model: Any, cluster: Cluster, *, tp: int, pp: int, dp: int, micro_batch: int,
@@ -84,9 +86,7 @@ def megatron_plan(model: Any, cluster: Cluster, *, tp: int, pp: int, dp: int, mi
     if bad:
         raise HetplanError(f"--tp {tp} does not divide layer {bad[0].name}'s heads and FFN "
                            f"width (tp must divide {bad[0].max_tp}); pick a divisor of it")
-    _check_ep(graph, ep, dp)
-    if cp > 1 and ep > 1:
-        raise HetplanError(f"--cp {cp} with --ep {ep} is not supported; use one of them")
+    _check_ep(graph, ep, dp, cp)
     if cp > 1 and graph.seq_len % (2 * cp):
         raise HetplanError(f"--cp {cp}: the sequence length {graph.seq_len} must divide into "
                            f"2 × cp = {2 * cp} equal chunks (zig-zag); pick another --cp or "

@@ -23,17 +23,22 @@ class StageMemory:
     other_gib: float
     """Workspace: the recompute transient plus the fixed framework overhead (CUDA context,
     NCCL buffers, allocator fragmentation)."""
+    context_gib: float = 0.0
+    """Context parallelism's all-gathered K/V (hetplan's runtime): other cp ranks' K/V saved
+    for the backward by the in-flight micro-batches, and one block's backward transient (the
+    gathered K/V gradients, the all-reduce's copy, the position mask)."""
 
     @property
     def total_gib(self) -> float:
         return (self.weights_gib + self.gradients_gib + self.optimizer_gib
-                + self.activations_gib + self.other_gib)
+                + self.activations_gib + self.other_gib + self.context_gib)
 
     def to_dict(self) -> dict[str, float]:
         return {"weights": round(self.weights_gib, 6), "gradients": round(self.gradients_gib, 6),
                 "optimizer": round(self.optimizer_gib, 6),
                 "activations": round(self.activations_gib, 6),
-                "other": round(self.other_gib, 6)}
+                "other": round(self.other_gib, 6),
+                **({"context": round(self.context_gib, 6)} if self.context_gib else {})}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -14,7 +14,7 @@ from itertools import accumulate
 from cost_models.attention import attention_scale_on
 from cost_models.comm import Link, allgather_s, allreduce_s, alltoall_s
 from cost_models.compute import LayerWork, adam_step_s, gemm_s, layer_compute_s, memory_s
-from cost_models.context import ring_attention_exposed_s
+from cost_models.context import gathered_kv_memory_bytes, ring_attention_exposed_s
 from cost_models.efficiency import KERNELS_PER_BLOCK_FWD, constants_for
 from cost_models.fusion import fused_traffic_ratio
 from cost_models.gpu import GpuSpec
@@ -60,12 +60,19 @@ class StageCost:
     optimizer_step_s: float
     """Adam step for this GPU's parameters (memory-bound), unsharded."""
     recompute_transient_bytes: float = 0.0
-    """Extra bytes the backward of one recomputed layer needs at once (0 without recompute)."""
+    """Extra bytes the backward of one layer needs at once: its recomputed activations, and
+    under context parallelism the gathered K/V's (0 without recompute or cp)."""
     recompute_s: float = 0.0
     """The part of `bwd_s` spent re-running forward work (drawn apart in Gantt charts)."""
     expert_optimizer_bytes_per_gpu: float = 0.0
     """The part of `optimizer_bytes_per_gpu` in routed experts: ZeRO-1 shards it over the
     expert-data-parallel group (DP / ep), not over DP."""
+    context_activation_bytes_per_microbatch: float = 0.0
+    """The part of `activation_bytes_per_microbatch` that is other cp ranks' K/V, gathered
+    and saved for the backward (cost_models/context.py: gathered_kv_memory_bytes)."""
+    context_transient_bytes: float = 0.0
+    """The part of `recompute_transient_bytes` that is the gathered K/V's gradients, the
+    all-reduce's copy and the position mask (and under full recompute the re-gathered K/V)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +98,10 @@ class LayerCostTable:
     ties: tuple[tuple[int, int, float, float], ...] = ()
     """(layer, owner layer, parameters per GPU, Adam step s) of each tied weight a layer uses
     but another counts: a stage holding the layer and not its owner keeps a copy."""
+    context_activation_bytes: tuple[float, ...] = ()
+    """Prefix sums of the gathered K/V part of `activation_bytes` (empty: none)."""
+    context_transient_bytes: tuple[float, ...] = ()
+    """Per layer: the gathered K/V part of `transient_bytes` (empty: none)."""
 
     def tied_copy(self, start: int, end: int) -> tuple[float, float]:
         """(parameters per GPU, Adam step s) of the tied copies layers [start, end) hold."""
@@ -106,6 +117,10 @@ class LayerCostTable:
                              f"{len(self.fwd_s) - 1} layers")
         copy_params, copy_update = self.tied_copy(start, end)
         params = self.params[end] - self.params[start] + copy_params
+        # The layer whose backward needs the most at once, and its context-parallel part.
+        worst = max(range(start, end), key=self.transient_bytes.__getitem__)
+        ctx_act = (self.context_activation_bytes[end] - self.context_activation_bytes[start]
+                   if self.context_activation_bytes else 0.0)
         return StageCost(
             fwd_s=self.fwd_s[end] - self.fwd_s[start],
             bwd_s=self.bwd_s[end] - self.bwd_s[start],
@@ -117,11 +132,14 @@ class LayerCostTable:
                                              - self.activation_bytes[start]),
             p2p_bytes=self.output_bytes[end - 1],
             optimizer_step_s=self.update_s[end] - self.update_s[start] + copy_update,
-            recompute_transient_bytes=max(self.transient_bytes[start:end]),
+            recompute_transient_bytes=self.transient_bytes[worst],
             recompute_s=self.recompute_s[end] - self.recompute_s[start],
             expert_optimizer_bytes_per_gpu=(
                 (self.expert_params[end] - self.expert_params[start])
                 * self.optimizer_bytes_per_param if self.expert_params else 0.0),
+            context_activation_bytes_per_microbatch=ctx_act,
+            context_transient_bytes=(self.context_transient_bytes[worst]
+                                     if self.context_transient_bytes else 0.0),
         )
 
 
@@ -150,8 +168,10 @@ def _layer_costs(layer: Layer, graph: LayerGraph, gpu: GpuSpec, tp: int, mb: int
                  moe: tuple[int, Link | None, float] = (1, None, DEFAULT_CAPACITY_FACTOR),
                  context: tuple[int, Link | None] = (1, None),
                  ) -> tuple[float, ...]:
-    """(fwd, bwd, bwd_weight, params/GPU, activation bytes/GPU, update, transient, recompute)
-    of one layer; `bwd` includes the recompute time. `moe` is (expert-parallel degree, the
+    """(fwd, bwd, bwd_weight, params/GPU, activation bytes/GPU, update, transient, recompute,
+    routed-expert params/GPU, gathered K/V activation bytes, gathered K/V transient) of one
+    layer; `bwd` includes the recompute time; the last two are parts of the activation and
+    transient bytes. `moe` is (expert-parallel degree, the
     all-to-all's link, capacity factor) for a mixture-of-experts layer; `context` is
     (context-parallel degree, its ring's link)."""
     cp, cp_link = context
@@ -185,14 +205,17 @@ def _layer_costs(layer: Layer, graph: LayerGraph, gpu: GpuSpec, tp: int, mb: int
     attn_scale = (1.0, 1.0) if gathered else attention_scale_on(
         fw.attention_kernel, gpu, precision)
     skipped = (1.0 - share) * layer.fwd_attention_flops
+    score_fwd, score_bwd = _score_traffic_bytes(layer, graph, fw)
     work = LayerWork(
         fwd_matmul_flops=b * (layer.fwd_matmul_flops - skipped + extra) / ts,
         bwd_act_matmul_flops=b * (layer.bwd_act_flops * mm_frac - 2 * skipped + extra) / ts,
         bwd_weight_matmul_flops=b * (layer.bwd_weight_flops * mm_frac + extra) / ts,
-        fwd_memory_bytes=b * layer.fwd_memory_bytes * mem_share,
+        fwd_memory_bytes=b * (layer.fwd_memory_bytes * mem_share + score_fwd / ts),
+        bwd_memory_bytes=b * (2 * layer.fwd_memory_bytes * mem_share + score_bwd / ts),
         gemm_width=max(width, 1.0),
         gemm_scale=layer_gemm_factors(layer, graph.seq_len, gpu, precision, ts, b,
-                                      share, attn_scale if precision != "fp8" else (1.0, 1.0)),
+                                      share, fw.eager_attention_gemms,
+                                      attn_scale if precision != "fp8" else (1.0, 1.0)),
         kernels_fwd=_KERNELS.get(layer.kind, KERNELS_PER_BLOCK_FWD),
     )
     fwd, bwd_act, bwd_w = layer_compute_s(work, gpu, precision, fw.host_dispatch_overlapped)
@@ -287,7 +310,15 @@ def _layer_costs(layer: Layer, graph: LayerGraph, gpu: GpuSpec, tp: int, mb: int
     else:
         act += probs
     experts = layer.expert_params / ep / ts if layer.num_experts else 0.0
-    return fwd, bwd, bwd_w, params, act, update, transient, bwd - no_recompute_bwd, experts
+    ctx_act = ctx_transient = 0.0
+    if gathered:  # every rank holds the whole sequences' K/V for attention (runtime/context.py)
+        mask = graph.seq_len / cp * graph.seq_len * graph.dtype_bytes
+        ctx_act, ctx_transient = gathered_kv_memory_bytes(
+            mb * kv_bytes_per_sequence(layer, graph) / ts, mask, cp, recompute)
+        act += ctx_act
+        transient += ctx_transient
+    return (fwd, bwd, bwd_w, params, act, update, transient, bwd - no_recompute_bwd, experts,
+            ctx_act, ctx_transient)
 
 
 def _ring_exposed_s(layer: Layer, graph: LayerGraph, gpu: GpuSpec, b: float, ts: int, cp: int,
@@ -336,6 +367,19 @@ def _attention_probs_bytes(layer: Layer, graph: LayerGraph, fw: Framework) -> fl
     per_element = graph.dtype_bytes * (2 if fw.attention_dropout else 1)
     per_element += 1 if fw.attention_dropout else 0
     return layer.tp_dims[0] * graph.seq_len ** 2 * per_element
+
+
+def _score_traffic_bytes(layer: Layer, graph: LayerGraph, fw: Framework) -> tuple[float, float]:
+    """(forward, backward) HBM bytes per sequence that an eager attention's elementwise kernels
+    move over the s×s scores (`Framework.score_passes`), beyond the graph's flash traffic."""
+    if (not fw.keeps_attention_probs or not any(fw.score_passes) or layer.kind != "block"
+            or not layer.tp_dims):
+        return 0.0, 0.0
+    elements = layer.tp_dims[0] * graph.seq_len ** 2
+    mask = 1.0 if fw.attention_dropout else 0.0
+    fwd_passes, bwd_passes = fw.score_passes
+    return (elements * (fwd_passes * graph.dtype_bytes + mask),
+            elements * (bwd_passes * graph.dtype_bytes + mask))
 
 
 _NO_PROFILES = ProfileSet()
@@ -406,6 +450,8 @@ def layer_cost_table(graph: LayerGraph, gpu: GpuSpec, tp: int, micro_batch: int,
         recompute_s=prefix(cols[7]),
         ties=_ties(graph, gpu, tp, framework),
         expert_params=prefix(cols[8]) if any(cols[8]) else (),
+        context_activation_bytes=prefix(cols[9]) if any(cols[9]) else (),
+        context_transient_bytes=tuple(cols[10]) if any(cols[10]) else (),
     )
     if len(_CACHE) >= _CACHE_MAX:
         _CACHE.clear()

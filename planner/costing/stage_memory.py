@@ -1,6 +1,7 @@
 """Memory of one GPU of a stage at its peak, by part: weights, gradients, optimizer state
 (ZeRO 0-3, uneven shard fractions, routed experts' own sharding), activations in flight,
-workspace. The peak is the sum of the parts, one arithmetic."""
+workspace, context parallelism's gathered K/V. The peak is the sum of the parts, one
+arithmetic."""
 
 from __future__ import annotations
 
@@ -48,7 +49,14 @@ def stage_memory(cost: StageCost, inflight_microbatches: float, zero1_dp: int = 
         weights += gathered_params * per_param  # the gathered weights and their gradients
         grads += gathered_params * per_param
     optimizer = opt - (opt - expert_opt) * shed - expert_opt * (1 - 1 / expert_dp)
+    # The gathered K/V of context parallelism is inside the activations and the transient
+    # (so the search's tables count it too); shown apart here.
+    ctx_act = cost.context_activation_bytes_per_microbatch
+    ctx_transient = cost.context_transient_bytes
     return StageMemory(
         weights_gib=weights / GIB, gradients_gib=grads / GIB, optimizer_gib=optimizer / GIB,
-        activations_gib=cost.activation_bytes_per_microbatch * inflight_microbatches / GIB,
-        other_gib=cost.recompute_transient_bytes / GIB + FRAMEWORK_OVERHEAD_GIB)
+        activations_gib=(cost.activation_bytes_per_microbatch - ctx_act)
+        * inflight_microbatches / GIB,
+        other_gib=(cost.recompute_transient_bytes - ctx_transient) / GIB
+        + FRAMEWORK_OVERHEAD_GIB,
+        context_gib=(ctx_act * inflight_microbatches + ctx_transient) / GIB)

@@ -38,9 +38,9 @@ class CoreAttention(nn.Module):
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                 allowed: torch.Tensor | None = None) -> torch.Tensor:
-        """`allowed`: (queries, keys) boolean mask of the keys each query sees, for queries
-        and keys that are not one contiguous causal sequence (context parallelism); None:
-        causal over the same positions."""
+        """`allowed`: (queries, keys) mask of the keys each query sees, boolean or additive
+        (0 / -inf in q's dtype), for queries and keys that are not one contiguous causal
+        sequence (context parallelism); None: causal over the same positions."""
         p = self.dropout if self.training else 0.0
         gqa = q.shape[1] != k.shape[1]
         if self.impl == "sdpa":
@@ -56,6 +56,8 @@ class CoreAttention(nn.Module):
         # An additive mask: adding saves nothing for backward (masked_fill would save the mask).
         if allowed is None:
             mask = torch.full((s, s), float("-inf"), device=q.device, dtype=q.dtype).triu(1)
+        elif allowed.dtype != torch.bool:
+            mask = allowed
         else:
             mask = torch.zeros(allowed.shape, device=q.device, dtype=q.dtype).masked_fill(
                 ~allowed, float("-inf"))
@@ -120,5 +122,5 @@ class Attention(nn.Module):
         if ctx is None:
             out = self.core(q, k, v)
         else:  # every key of the sequence, gathered from the cp group; causal by position
-            out = self.core(q, ctx.gather(k), ctx.gather(v), ctx.allowed(s, x.device))
+            out = self.core(q, ctx.gather(k), ctx.gather(v), ctx.mask(s, x.device, q.dtype))
         return self.o(out.transpose(1, 2).reshape(b, s, -1))

@@ -90,6 +90,7 @@ class ContextShard:
         dist.all_gather(every, mine, group=group)
         where = {int(t): g for g, t in enumerate(every)}
         self.order = [where[i] for i in range(cp)]
+        self._masks: dict[tuple[int, str, torch.dtype], torch.Tensor] = {}
 
     def positions(self, local_len: int, device: torch.device) -> torch.Tensor:
         return zigzag_positions(local_len, self.cp, self.index, device)
@@ -99,6 +100,18 @@ class ContextShard:
         keys = torch.cat([zigzag_positions(local_len, self.cp, i, device)
                           for i in range(self.cp)])
         return keys[None, :] <= self.positions(local_len, device)[:, None]
+
+    def mask(self, local_len: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+        """`allowed` as an additive mask (0 or -inf) in the attention's dtype, built once and
+        shared by every block and micro-batch: attention saves its mask for the backward,
+        so one tensor instead of one per block per micro-batch (a bool mask would be
+        converted, and the copy saved, in every call)."""
+        key = (local_len, str(device), dtype)
+        if key not in self._masks:
+            allowed = self.allowed(local_len, device)
+            self._masks[key] = torch.zeros(allowed.shape, device=device, dtype=dtype
+                                           ).masked_fill(~allowed, float("-inf"))
+        return self._masks[key]
 
     def gather(self, x: torch.Tensor) -> torch.Tensor:
         return _Gather.apply(x, self)

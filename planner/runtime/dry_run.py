@@ -71,8 +71,7 @@ def tiny_spec(model: dict[str, Any], plan: Plan) -> ModelSpec:
     gqa = spec.num_kv_heads < spec.num_attention_heads
     heads = 2 * base if gqa else base
     hidden = heads * HEAD_DIM
-    # Context parallelism cuts each sequence into 2·cp equal chunks.
-    chunks = 2 * max(plan.cp(p) for p in range(len(plan.pipelines)))
+    chunks = _cp_chunks(plan)
     seq_len = max(SEQ_LEN, 8 * base)
     seq_len += -seq_len % chunks
     return spec.replace(hidden_size=hidden, num_attention_heads=heads,
@@ -80,6 +79,15 @@ def tiny_spec(model: dict[str, Any], plan: Plan) -> ModelSpec:
                         ffn_hidden_size=(4 if spec.architecture == "gpt" else 3) * hidden,
                         vocab_size=VOCAB, seq_len=seq_len,
                         name=f"{spec.name}-dryrun")
+
+
+def _cp_chunks(plan: Plan) -> int:
+    """What the sequence length must divide by: context parallelism cuts each sequence into
+    2·cp equal chunks, and sequence parallelism then slices a GPU's seq/cp tokens over its TP
+    ranks (plan_check.py)."""
+    return math.lcm(*(2 * plan.cp(p) * (st.tp if plan.sequence_parallel else 1)
+                      if plan.cp(p) > 1 else 1
+                      for p, pipe in enumerate(plan.pipelines) for st in pipe.stages))
 
 
 def _shape(pipe: Any) -> tuple[Any, ...]:
@@ -180,9 +188,6 @@ def dryrun(plan: Plan, *, steps: int = 3, max_ranks: int = 16,
 
     if plan.model is None:
         raise HetplanError("the plan carries no model spec; dryrun needs one")
-    if plan.sequence_parallel and any(plan.cp(p) > 1 for p in range(len(plan.pipelines))):
-        raise HetplanError("the runtime does not combine context parallelism (cp > 1) with "
-                           "sequence_parallel yet; plan with one of them")
     small, notes = shrink_plan(plan, max_ranks)
     meta = None
     if resume is not None:
@@ -269,7 +274,7 @@ def _checkpoint_spec(meta: dict[str, Any], small: Plan) -> ModelSpec:
             raise HetplanError(f"--resume {meta['folder']}: the checkpoint's dryrun model has "
                                f"{spec.num_kv_heads} KV heads; TP {tp} of this plan does not "
                                "split it. Save from a plan whose TP degrees include this one")
-    chunks = 2 * max(small.cp(p) for p in range(len(small.pipelines)))
+    chunks = _cp_chunks(small)
     if spec.seq_len % chunks:
         raise HetplanError(f"--resume {meta['folder']}: the checkpoint's dryrun sequence of "
                            f"{spec.seq_len} tokens does not split into the {chunks} chunks of "

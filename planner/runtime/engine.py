@@ -188,9 +188,6 @@ class Runner:
         # list (a model factory that differs between ranks) would hang in new_group instead.
         wanted = (list(tp_groups(plan)) + [g for r in rules.values() for g in r.groups]
                   + ep_groups(plan) + cp_groups(plan))
-        if view.cp > 1 and plan.sequence_parallel:
-            raise HetplanError(f"pipelines.{view.pipeline}: the runtime does not combine cp "
-                               f"{view.cp} with sequence_parallel yet; turn one off")
         fsdp = fsdp_layout(plan, elements)
         if plan.zero_stage:
             wanted += zero_groups(rules) + fsdp_groups(fsdp)

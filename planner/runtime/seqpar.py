@@ -5,7 +5,9 @@ TP ranks: norms run on the local slice (SequenceParallel), the attention / MLP i
 all-gathered (PrepareModuleInput), the row-parallel outputs reduce-scatter back to slices.
 At the run's edges the stream is sliced (entering) or all-gathered (leaving), so stage
 boundaries, the embedding and the head still see full, replicated activations, whatever the
-neighbouring stage's TP degree.
+neighbouring stage's TP degree. Under context parallelism "the sequence" is this cp rank's
+seq/cp tokens (its two zig-zag chunks): SP slices them over TP, and attention, whose input
+is all-gathered over TP first, then all-gathers K/V over the cp group (context.py).
 """
 
 from __future__ import annotations

@@ -109,8 +109,7 @@ class Search:
         self.gpus = [g.gpus for g in cluster.groups]
         self.prices = [g.price_per_gpu_hour for g in cluster.groups]
         self.costs: dict[tuple[int, ...], OptionCosts] = {}
-        # The runtime does not combine cp with sequence parallelism (runtime/engine.py).
-        self.cps = (1,) if sequence_parallel else cp_degrees(graph)
+        self.cps = cp_degrees(graph)
         self.shapes = self.pruned = self.programs = 0
         self.exact = True
         self.incumbent = math.inf
@@ -138,8 +137,8 @@ class Search:
         for g_idx, group in enumerate(self.cluster.groups):
             for tp, ep, cp in itertools.product(tp_degrees(group, self.graph),
                                                 ep_degrees(self.graph), self.cps):
-                if ep > 1 and cp > 1:
-                    continue  # not combined (schema.py)
+                if self.sp and cp > 1 and self.graph.seq_len % (2 * cp * tp):
+                    continue  # SP slices each of the 2·cp chunks over TP (plan_check.py)
                 key = (g_idx, tp, b, ep, cp)
                 if key not in self.costs:
                     self.costs[key] = option_costs(
@@ -256,7 +255,9 @@ class Search:
         top_unit = max(self.cluster.groups[g].gpus_per_node for g in island)
         unit = 1
         while True:
-            even = pipelines is None and total_mb % d == 0
+            # ep-groups run in lockstep: every block (a pipeline, or a cp-block) the same
+            # micro-batch count.
+            even = pipelines is None and total_mb % (d // cp) == 0
             options, devices = self.island_options(opts, island, p_all, p_all, unit,
                                                    d if even else 1, cp)
             states = math.prod(k // unit + 1 for k in budgets)
