@@ -84,8 +84,8 @@ def test_validate_on_a_terminal(small_data, capsys, monkeypatch) -> None:
 
 def test_validate_reads_a_nemo_table_alone(tmp_path, capsys) -> None:
     """A folder holding only nemo_b200.csv: its rows priced on the catalog's B200 with the
-    megatron record, the context-parallel and unknown-shape rows listed with their reason; a
-    copy missing a column is one line of error, not a traceback."""
+    megatron record (context-parallel rows at their cp), the unknown-shape rows listed with
+    their reason; a copy missing a column is one line of error, not a traceback."""
     folder = tmp_path / "data"
     folder.mkdir()
     text = (default_data_dir() / "nemo_b200.csv").read_text()
@@ -95,9 +95,8 @@ def test_validate_reads_a_nemo_table_alone(tmp_path, capsys) -> None:
     reps = {(r["file"], r["group"]): r for r in json.loads(out)["analytic"]}
     assert set(reps) == {("nemo_b200.csv", "all"), ("per framework", "megatron")}
     rows = reps[("nemo_b200.csv", "all")]["rows"]
-    assert len(rows) == 10 and reps[("nemo_b200.csv", "all")]["rows_counted"] == 4
-    assert {x["note"] for x in rows if not x["used"]} == {
-        "context parallelism not modelled", "model shape not known"}
+    assert len(rows) == 10 and reps[("nemo_b200.csv", "all")]["rows_counted"] == 8
+    assert {x["note"] for x in rows if not x["used"]} == {"model shape not known"}
     header, *lines = text.splitlines()
     cut = ",".join(c for c in header.split(",") if c != "mbs")
     (folder / "nemo_b200.csv").write_text("\n".join([cut, *lines]) + "\n")

@@ -122,7 +122,9 @@ class Framework:
     fused_kernels: bool = False
     """Fused elementwise chains (norm into GEMM, RoPE, SwiGLU / bias-GeLU, bias-dropout-add):
     each block's memory-bound traffic is `cost_models.fusion.fused_traffic_ratio` of the
-    eager graph's, from the block's own dimensions (on top of `memory_traffic_scale`)."""
+    eager graph's, from the block's own dimensions (on top of `memory_traffic_scale`), and a
+    block keeps for its backward what Transformer Engine's fused modules save, not what eager
+    autograd does (`cost_models.te_activations`)."""
     cp_ring_overlap: bool = False
     """Context parallelism's K/V exchange: True, a ring of p2p sends overlapped with the
     attention steps under a causal kernel (Megatron-Core `cp_comm_type="p2p"`, torchtitan's
@@ -238,6 +240,9 @@ MEGATRON_CORE = Framework(
         " bias_swiglu / bias_gelu fusions, bias_dropout_add fusion",
         "TE DotProductAttention (flash / cuDNN fused attention), attn_mask_type=causal: cuDNN "
         "fused attention on Hopper, FlashAttention-2 on Ampere (attention_kernel 'te')",
+        "saved activations: TE LayerNormLinear / Linear keep the norm input and the GEMM "
+        "input (its fp8 cast under fp8, transformer_engine/pytorch/module/linear.py), fused "
+        "SwiGLU its input (cost_models/te_activations.py)",
         "megatron/core/distributed: DistributedDataParallel overlap_grad_reduce (bucketed "
         "reduce-scatter during backward) and distributed optimizer overlap_param_gather "
         "(all-gather during forward)",

@@ -25,6 +25,7 @@ from cost_models.memory import (
 )
 from cost_models.moe import DEFAULT_CAPACITY_FACTOR
 from cost_models.profiles import ProfileSet, default_profiles
+from cost_models.te_activations import te_block_replicated_bytes, te_block_saved_bytes
 from planner.costing.framework import DEFAULT_FRAMEWORK, Framework
 from planner.costing.layer_gemms import layer_gemm_factors
 from planner.costing.links import link_of_kind
@@ -297,6 +298,15 @@ def _layer_costs(layer: Layer, graph: LayerGraph, gpu: GpuSpec, tp: int, mb: int
         bwd += memory_s(b * dropped / t, gpu)
     rep_per_seq = 10.0 * graph.seq_len * layer.matmul_dim * graph.dtype_bytes / 2
     saved = layer.saved_bytes(recompute)  # type: ignore[arg-type]
+    whole = layer.activation_bytes
+    te = _te_saved(layer, graph, precision) if fw.fused_kernels else None
+    if te is not None:
+        # Transformer Engine's fused modules keep less than eager autograd, fp8 casts of the
+        # GEMM inputs under fp8 (cost_models/te_activations.py); selective recompute of the
+        # attention core frees nothing a flash kernel keeps.
+        whole, te_rep = te
+        if recompute != "full":
+            saved, rep_per_seq = whole, te_rep
     if recompute == "full" or layer.kind != "block":
         rep_per_seq = saved if layer.kind == "block" else 0.0
     act = activation_bytes_per_gpu(b * saved, b * rep_per_seq, t, sp) if split else b * saved
@@ -305,8 +315,7 @@ def _layer_costs(layer: Layer, graph: LayerGraph, gpu: GpuSpec, tp: int, mb: int
     probs = b * _attention_probs_bytes(layer, graph, fw) / ts
     transient = 0.0
     if recompute != "none":
-        transient = activation_bytes_per_gpu(
-            b * (layer.activation_bytes - saved), 0.0, t, sp) + probs
+        transient = activation_bytes_per_gpu(b * max(0.0, whole - saved), 0.0, t, sp) + probs
     else:
         act += probs
     experts = layer.expert_params / ep / ts if layer.num_experts else 0.0
@@ -356,6 +365,25 @@ def _fused_ratio(layer: Layer, graph: LayerGraph) -> float:
     gated = layer.params - attn > 2.5 * h * ffn
     return fused_traffic_ratio(layer.fwd_memory_bytes / graph.seq_len, h, ffn, kv, gated=gated,
                                rotary=gated, dtype_bytes=graph.dtype_bytes)
+
+
+def _te_saved(layer: Layer, graph: LayerGraph, precision: str) -> tuple[float, float] | None:
+    """(saved, replicated without SP) bytes per sequence of a block under Megatron-Core with
+    Transformer Engine (`cost_models.te_activations`), from the block's dimensions as in
+    `_fused_ratio`; None for other layers, blocks without them and routed-expert blocks (their
+    top-k FFN copies are not in that count: the graph's bytes stay)."""
+    if (layer.kind != "block" or len(layer.tp_dims) < 3 or graph.seq_len <= 0
+            or layer.num_experts):
+        return None
+    h = layer.matmul_dim
+    heads, kv_heads, ffn = layer.tp_dims[:3]
+    kv = h // max(heads, 1) * kv_heads
+    gated = layer.params - (h * (h + 2 * kv) + h * h) > 2.5 * h * ffn
+    d = graph.dtype_bytes
+    f = 1 if precision == "fp8" else d
+    return (te_block_saved_bytes(graph.seq_len, h, ffn, kv, heads, gated=gated, dtype_bytes=d,
+                                 gemm_input_bytes=f),
+            te_block_replicated_bytes(graph.seq_len, h, dtype_bytes=d, gemm_input_bytes=f))
 
 
 def _attention_probs_bytes(layer: Layer, graph: LayerGraph, fw: Framework) -> float:

@@ -8,8 +8,9 @@ throughput per GPU (tokens/s, or model TFLOP/s where that is what was published)
 - torchtitan `selective layer` / `selective op` activation checkpointing -> our `selective`;
   `full` -> `full`. NeMo and Megatron runs: distributed optimizer (zero1), overlap on,
   sequence parallelism when tp > 1, interleaving when vp > 1.
-Counted in the throughput metric: plain bf16 rows. Reported but not counted: torch.compile and
-float8 variants (kernel fusion and fp8 scaling are not modelled) and context parallelism.
+Counted in the throughput metric: plain bf16 rows, and NeMo's fp8 rows, context-parallel ones
+at their cp. Reported but not counted: torch.compile and float8 variants (kernel fusion and fp8
+scaling are not modelled) and torchtitan's and Llama 3's context parallelism.
 
 Framework properties (`planner.costing.Framework`), each a property of the framework that made
 the measurement, not a fitted constant:
@@ -176,21 +177,24 @@ def _run(model: str, seq: int, precision: str, gpu: GpuSpec, gpus: int, nic_gbps
          tp: int, pp: int, vp: int, mb: int, gbs: int, recompute: str, fsdp: bool,
          profiles: ProfileSet, framework: Any = None,
          count_recompute: bool = False,
-         overlap_dp: bool = True) -> tuple[float, float, bool, str]:
+         overlap_dp: bool = True, cp: int = 1,
+         zero: int = 1) -> tuple[float, float, bool, str]:
     """(tokens/s per GPU, model TFLOP/s per GPU, feasible, framework name) for one configuration.
 
     `framework(model, graph)` gives the executing framework; `count_recompute` counts the
-    recomputed forward in the TFLOP/s (Megatron's published convention)."""
+    recomputed forward in the TFLOP/s (Megatron's published convention). `cp`: context-
+    parallel degree (the plan's per-stage cp; dp is what is left of the GPUs); `zero`: the
+    ZeRO stage (1: distributed optimizer; 3: parameters sharded too, Megatron-FSDP / FSDP)."""
     # fp8 recipes keep bf16 activations and master weights: the graph is built in bf16.
     graph = _graph(model, seq, "bf16" if precision == "fp8" else precision)
-    dp = gpus // (tp * pp)
+    dp = gpus // (tp * pp * cp)
     cluster = _cluster(gpu, gpus, nic_gbps)
     per_pipe = gbs // (dp * mb)
     schedule = "interleaved" if vp > 1 and per_pipe % pp == 0 else "1f1b"
     plan = megatron_plan(graph, cluster, tp=tp, pp=pp, dp=dp, micro_batch=mb, global_batch=gbs,
                          recompute=recompute, sequence_parallel=tp > 1 and not fsdp,
                          schedule=schedule, virtual_stages=vp if schedule == "interleaved" else 1,
-                         zero1=True)
+                         zero1=True, zero=zero, cp=cp)
     fw = MEGATRON_EAGER if framework is None else framework(model, graph)
     est = estimate(graph, cluster, plan, profiles=profiles, precision=precision,
                    overlap_dp=overlap_dp, framework=fw)
@@ -277,14 +281,10 @@ def _nemo(path: Path, profiles: ProfileSet) -> list[Row]:
             if r["model"] not in MODELS:
                 rows.append(Row(label, measured, None, used=False, note="model shape not known"))
                 continue
-            if cp > 1:
-                rows.append(Row(label, measured, None, used=False,
-                                note="context parallelism not modelled"))
-                continue
             rows.append(_costed(
                 label, measured, r["model"], int(r["seq"]), "fp8", h100, int(r["gpus"]), 3200.0,
                 tp, pp, vp, int(r["mbs"]), int(r["gbs"]), "none", False, profiles,
-                fused_framework))
+                fused_framework, cp=cp))
     return rows
 
 

@@ -9,16 +9,15 @@ and DGX B200 both carry eight 400 Gb/s ConnectX-7), distributed optimizer, seque
 when tp > 1, interleaving when vp > 1, fp8 GEMMs, executed by `hetplan frameworks`' megatron
 record (Megatron-Core with Transformer Engine, which is what NeMo runs).
 
-Counted: rows whose model shape is known and that use no context parallelism (cp > 1 is not
-modelled). FSDP rows (Megatron-FSDP) are priced like torchtitan's: data parallel with sharded
-optimizer state and overlapped gradient reduction; parameter sharding is not modelled, so their
-memory verdict is reported, not used.
+Counted: rows whose model shape is known. Context-parallel rows are priced with the plan's
+cp (the megatron record prices Megatron-Core's overlapped causal ring, `cost_models/context.py`);
+FSDP rows (Megatron-FSDP) at ZeRO-3: parameters, gradients and optimizer state sharded over the
+data-parallel GPUs, gathers prefetched and gradient reduce-scatters overlapped.
 """
 
 from __future__ import annotations
 
 import csv
-import dataclasses
 from pathlib import Path
 
 from cost_models.catalog import get_gpu
@@ -47,17 +46,12 @@ def _rows(path: Path, gpu_name: str, profiles: ProfileSet) -> list[Row]:
             if r["model"] not in MODELS:
                 rows.append(Row(label, measured, None, used=False, note="model shape not known"))
                 continue
-            if cp > 1:
-                rows.append(Row(label, measured, None, used=False,
-                                note="context parallelism not modelled"))
-                continue
-            row = large_run_row(
+            # Megatron-FSDP shards parameters, gradients and optimizer state over the
+            # data-parallel GPUs (ZeRO-3); otherwise the distributed optimizer (ZeRO-1).
+            rows.append(large_run_row(
                 label, measured, r["model"], int(r["seq"]), r["precision"], gpu, int(r["gpus"]),
                 DGX_NIC_GBPS, tp, pp, vp, int(r["mbs"]), int(r["gbs"]), "none", fsdp > 0,
-                profiles, fused_framework)
-            if fsdp and row.predicted is not None and not row.feasible:
-                row = dataclasses.replace(row, note="no FSDP param sharding: OOM verdict not used")
-            rows.append(row)
+                profiles, fused_framework, cp=cp, zero=3 if fsdp else 1))
     return rows
 
 
