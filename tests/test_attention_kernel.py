@@ -94,7 +94,8 @@ def test_factor_moves_by_the_attention_time_alone(seq: int) -> None:
     block = _mpt_block(seq=seq)
     base = layer_gemm_factors(block, seq, a100, "bf16", 1, 1, 0.5)
     s_f, s_b = 1.25, 2.2
-    moved = layer_gemm_factors(block, seq, a100, "bf16", 1, 1, 0.5, (s_f, s_b))
+    moved = layer_gemm_factors(block, seq, a100, "bf16", 1, 1, 0.5,
+                               attention_scale=(s_f, s_b))
     att = 0.5 * block.fwd_attention_flops
     linear = block.fwd_matmul_flops - block.fwd_attention_flops
     assert moved[0] - base[0] == pytest.approx(att * (s_f - 1) / (att + linear))
@@ -111,7 +112,8 @@ def test_long_sequences_pay_more() -> None:
     for seq in (2048, 16384):
         block = _mpt_block(seq=seq)
         base = layer_gemm_factors(block, seq, a100, "bf16", 1, 1, 0.5)
-        moved = layer_gemm_factors(block, seq, a100, "bf16", 1, 1, 0.5, scale)
+        moved = layer_gemm_factors(block, seq, a100, "bf16", 1, 1, 0.5,
+                                   attention_scale=scale)
         rise.append(moved[1] / base[1])
     assert rise[0] > 1.0
     assert rise[1] - 1 > 4 * (rise[0] - 1)
