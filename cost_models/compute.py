@@ -49,6 +49,9 @@ def needs_loss_scaling(gpu: GpuSpec, precision: str) -> bool:
     return training_dtype(gpu, precision) == "fp16"
 
 
+_DTYPES: dict[tuple[int, str], tuple[GpuSpec, str]] = {}
+
+
 def matmul_dtype(gpu: GpuSpec, precision: str) -> str:
     """The tensor-core dtype GEMMs run in at a training precision.
 
@@ -56,6 +59,19 @@ def matmul_dtype(gpu: GpuSpec, precision: str) -> str:
     scaling instead); fp32 training uses TF32 where the GPU has it (PyTorch
     `allow_tf32`/Megatron default on Ampere+), plain FP32 otherwise; fp8 falls back to bf16.
     """
+    # Remembered per GPU object (specs are frozen): an estimate asks once per rank, 1024 times
+    # at 1024 GPUs.
+    hit = _DTYPES.get((id(gpu), precision))
+    if hit is not None and hit[0] is gpu:
+        return hit[1]
+    dtype = _matmul_dtype(gpu, precision)
+    if len(_DTYPES) >= 4096:
+        _DTYPES.clear()
+    _DTYPES[(id(gpu), precision)] = (gpu, dtype)
+    return dtype
+
+
+def _matmul_dtype(gpu: GpuSpec, precision: str) -> str:
     chain = {
         "bf16": (training_dtype(gpu, "bf16"), "fp32"),
         "fp16": ("fp16", "bf16", "fp32"),

@@ -96,3 +96,16 @@ def test_bad_range_and_arguments_are_refused() -> None:
         stage_cost(graph, 2, 9, gpu(), 1, 1, "none", precision="bf16", profiles=NONE)
     with pytest.raises(ValueError, match="recompute"):
         stage_cost(graph, 0, 1, gpu(), 1, 1, "some", precision="bf16", profiles=NONE)
+
+
+def test_matmul_dtype_is_remembered_per_gpu_object_not_per_name() -> None:
+    """The per-GPU cache (an estimate asks once per rank) never answers for another spec of
+    the same name: a copy without bf16 tensor cores falls back to fp16, as it must."""
+    from dataclasses import replace
+
+    a100 = gpu("A100-SXM4-80GB")
+    assert matmul_dtype(a100, "bf16") == "bf16"
+    no_bf16 = replace(a100, peak_tflops={k: v for k, v in a100.peak_tflops.items()
+                                         if k != "bf16"})
+    assert matmul_dtype(no_bf16, "bf16") == "fp16"
+    assert matmul_dtype(a100, "bf16") == "bf16"

@@ -44,6 +44,7 @@ def _two_node_plan(tmp_path: Path) -> Path:
 def test_out_dir_is_replaced_whole_and_foreign_folders_are_refused(tmp_path: Path,
                                                                    capsys) -> None:
     plan = _two_node_plan(tmp_path)
+    (tmp_path / "deep").mkdir()
     out = tmp_path / "deep" / "launch"
     code, _, err = _run(["launch", str(plan), "--out-dir", str(out)], capsys)
     assert code == 0, err
@@ -106,8 +107,27 @@ def test_a_write_that_fails_midway_leaves_the_old_folder_intact(tmp_path: Path, 
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".launch")] == []
     # A new folder that fails midway does not appear at all.
     written.clear()
-    code, _, _ = _run(["launch", str(plan), "--out-dir", str(tmp_path / "new" / "l")], capsys)
+    code, _, _ = _run(["launch", str(plan), "--out-dir", str(tmp_path / "new")], capsys)
     assert code == 2 and not (tmp_path / "new").exists()
+
+
+def test_missing_parent_folder_is_one_line_before_any_work(tmp_path: Path, monkeypatch,
+                                                           capsys) -> None:
+    """As every other output path (planner/outfile.py): the folder is created, its parent
+    never is (a mistyped path is an error, not a new tree), and the path is checked before
+    the plan is even read."""
+    plan = _two_node_plan(tmp_path)
+
+    def boom(*_: object, **__: object) -> None:
+        raise AssertionError("launch read the plan before checking --out-dir")
+
+    monkeypatch.setattr("planner.cli.cmd_launch.load_checked", boom)
+    missing = tmp_path / "no" / "such"
+    code, out, err = _run(["launch", str(plan), "--out-dir", str(missing / "launch")], capsys)
+    assert code == 2 and out == "" and err.count("\n") == 1, err
+    assert err.startswith(f"error: --out-dir {missing / 'launch'}: folder {missing} does not "
+                          "exist") and f"mkdir -p {missing}" in err
+    assert not (tmp_path / "no").exists()
 
 
 def test_options_and_hostfile_errors_are_one_line(tmp_path: Path, capsys) -> None:

@@ -53,6 +53,9 @@ def dryrun(
         "--resume", help="Continue from a checkpoint of the same model (any plan); the "
         "reference trains the earlier steps itself, uninterrupted.")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+    timing: Annotated[bool, typer.Option(
+        "--timing", help="With --json: add the run's wall time (wall_s), the one field that "
+        "differs between identical runs.")] = False,
 ) -> None:
     """Run a plan on this CPU (gloo, tiny width) and check it against a one-process reference."""
     from planner.runtime.dry_run import TOLERANCE
@@ -73,7 +76,7 @@ def dryrun(
         typer.echo(f"error: dryrun failed: {exc}", err=True)
         raise typer.Exit(1) from None
     if json_out:
-        print_json(res.to_dict())
+        print_json(res.to_dict(timing=timing))
     else:
         for note in res.notes:
             console.print(f"note: {note}")

@@ -70,9 +70,11 @@ def launch(
     from planner.costing.framework import framework_of
     from planner.errors import HetplanError
     from planner.runtime.launch import LaunchOptions, read_hostfile, write_scripts
+    from planner.runtime.outdir import check_out_dir
 
     if rdzv not in ("static", "c10d"):
         raise HetplanError(f"--rdzv {rdzv!r}: use static or c10d")
+    check_out_dir(out_dir)  # before reading and checking the plan, as every output path
 
     checked = load_checked(plan_file, cluster)
     refuse_infeasible(checked, "launch")

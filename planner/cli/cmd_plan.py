@@ -185,6 +185,9 @@ def plan(
     profiles: ProfilesOption = None,
     seq_len: SeqLenOption = None,
     json_out: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+    timing: Annotated[bool, typer.Option(
+        "--timing", help="With --json: add the search's wall time (search.seconds), the one "
+        "field that differs between identical runs.")] = False,
 ) -> None:
     """Find the fastest (or cheapest) plan for MODEL on CLUSTER, exactly."""
     from planner.cluster import load_cluster
@@ -223,7 +226,7 @@ def plan(
         print_json({"plan": result.best.to_dict(),
                     "alternatives": alternative_records(
                         result.candidates, [_shape(p) for p in result.candidates]),
-                    "search": result.stats.to_dict()})
+                    "search": result.stats.to_dict(timing=timing)})
         return
     best, est = result.best, result.estimates[0]
     console.print(_stage_table(best, est, f"{m.name} on {cl.name}: best plan"))

@@ -16,10 +16,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
+from cost_models.comm import Link, ring_allreduce_s
 from cost_models.memory import dp_sync_bytes_per_param
 from planner.cluster.model import Node
 from planner.costing.framework import Framework
-from planner.costing.links import ring_time_s
+from planner.costing.links import ring_link, ring_time_s
 from planner.costing.stage_cost import tp_split
 from planner.graph.layers import Layer, LayerGraph
 from planner.schema import Plan
@@ -59,9 +60,21 @@ def grad_sync_s(graph: LayerGraph, plan: Plan, devices: Sequence[Sequence[SyncDe
                                          max(p.microbatches for p in plan.pipelines))
     holder = _holders(plan, devices, len(graph.layers))
 
+    # Every layer a stage holds is reduced over the same GPUs: the ring's link, a function of
+    # the nodes visited, is computed once per member list (1024 GPUs: ~100 rings, 16 lists).
+    dp_links: dict[tuple[str, ...], Link] = {}
+
     def ring(nbytes: float, members: list[SyncDevice], sharing: dict[str, int],
              out: list[list[float]]) -> None:
-        t = ring_time_s(nbytes, [d.node for d in members], sharing, latency_s)
+        nodes = [d.node for d in members]
+        if sharing is not used_gpus or len(nodes) <= 1 or nbytes <= 0:
+            t = ring_time_s(nbytes, nodes, sharing, latency_s)
+        else:
+            key = tuple(node.name for node in nodes)
+            link = dp_links.get(key)
+            if link is None:
+                link = dp_links[key] = ring_link(nodes, used_gpus, latency_s)
+            t = ring_allreduce_s(nbytes, len(nodes), link)
         for d in members:
             out[d.pipeline][d.index] += t
 

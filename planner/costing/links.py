@@ -14,7 +14,7 @@ from cost_models.efficiency import LINK_EFFICIENCY, LINK_LATENCY_S
 from planner.cluster.model import Node
 
 __all__ = ["a2a_link", "cp_ring_link", "intra_link", "link_of_kind", "nic_link", "p2p_time_s",
-           "ring_time_s"]
+           "ring_link", "ring_time_s"]
 
 
 def link_of_kind(kind: str | None, gb_per_s: float) -> Link:
@@ -69,9 +69,16 @@ def ring_time_s(nbytes: float, members: Sequence[Node], used_gpus: dict[str, int
     n = len(members)
     if n <= 1 or nbytes <= 0:
         return 0.0
+    return ring_allreduce_s(nbytes, n, ring_link(members, used_gpus, latency_s))
+
+
+def ring_link(members: Sequence[Node], used_gpus: dict[str, int], latency_s: float) -> Link:
+    """The link `ring_time_s` prices a ring over `members` (at least one) on: it depends only
+    on the nodes visited and `used_gpus`, so callers pricing many rings over the same GPUs
+    (every layer of a stage) compute it once."""
     names = [m.name for m in members]
     if len(set(names)) == 1:
-        return ring_allreduce_s(nbytes, n, intra_link(members[0]))
+        return intra_link(members[0])
     counts: dict[str, int] = {}
     for name in names:
         counts[name] = counts.get(name, 0) + 1
@@ -82,7 +89,7 @@ def ring_time_s(nbytes: float, members: Sequence[Node], used_gpus: dict[str, int
         nl = nic_link(node, share, latency_s)
         link = nl if link is None else link.slower(nl)
     assert link is not None
-    return ring_allreduce_s(nbytes, n, link)
+    return link
 
 
 def a2a_link(members: Sequence[Node], used_gpus: dict[str, int], latency_s: float) -> Link:

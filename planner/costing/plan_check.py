@@ -116,9 +116,27 @@ def _check_context(st: Any, sequence_parallel: bool, graph: LayerGraph, field: s
                         "zig-zag chunks divide the sequence")
 
 
+_NODES: dict[int, tuple[Cluster, dict[str, Node]]] = {}
+
+
+def _node_map(cluster: Cluster) -> dict[str, Node]:
+    """Node name → node, built once per cluster object (`Cluster.nodes` builds every node on
+    each call; the search checks thousands of plans against one cluster)."""
+    hit = _NODES.get(id(cluster))
+    if hit is None or hit[0] is not cluster:
+        if len(_NODES) >= 64:
+            _NODES.clear()
+        hit = _NODES[id(cluster)] = (cluster, {node.name: node for node in cluster.nodes})
+    return hit[1]
+
+
 def _rank_nodes(plan: Plan, cluster: Cluster, where: str) -> dict[int, Node]:
-    nodes = {node.name: node for node in cluster.nodes}
+    # One pass over the ranks (1024 at 1024 GPUs, on every estimate); the errors are still
+    # raised in rule order: unknown node, too many ranks on a node, a local rank out of range.
+    nodes = _node_map(cluster)
     per_node: dict[str, int] = {}
+    out: dict[int, Node] = {}
+    first_bad_local: int | None = None
     for i, r in enumerate(plan.ranks):
         node = nodes.get(r.node)
         if node is None:
@@ -128,18 +146,21 @@ def _rank_nodes(plan: Plan, cluster: Cluster, where: str) -> dict[int, Node]:
                             f"which cluster {cluster.name} lacks; use one of its nodes "
                             f"({shown}) or give the cluster that has it")
         per_node[r.node] = per_node.get(r.node, 0) + 1
+        if first_bad_local is None and r.local_rank >= node.group.gpus_per_node:
+            first_bad_local = i
+        out[r.rank] = node
     for name, count in per_node.items():
         gpus = nodes[name].group.gpus_per_node
         if count > gpus:
             raise SpecError(where, "ranks", f"node {name} has {count} ranks but {gpus} GPUs; "
                             "move ranks to another node or use fewer")
-    for i, r in enumerate(plan.ranks):
+    if first_bad_local is not None:
+        r = plan.ranks[first_bad_local]
         gpus = nodes[r.node].group.gpus_per_node
-        if r.local_rank >= gpus:
-            raise SpecError(where, f"ranks.{i}.local_rank", f"rank {r.rank}: local_rank "
-                            f"{r.local_rank} but node {r.node} has {gpus} GPUs (local ranks "
-                            f"0..{gpus - 1})")
-    return {r.rank: nodes[r.node] for r in plan.ranks}
+        raise SpecError(where, f"ranks.{first_bad_local}.local_rank", f"rank {r.rank}: "
+                        f"local_rank {r.local_rank} but node {r.node} has {gpus} GPUs (local "
+                        f"ranks 0..{gpus - 1})")
+    return out
 
 
 def _check_stage(st: Any, node: Node, graph: LayerGraph, field: str, where: str) -> None:
@@ -147,10 +168,30 @@ def _check_stage(st: Any, node: Node, graph: LayerGraph, field: str, where: str)
         _check_gpu_name(st.gpu, node, field, where)
     tp = st.tp
     start, end = st.layers
+    bad = _tp_misfits(graph, tp)
+    if bad[end] == bad[start]:
+        return  # every layer of the range splits evenly
     for layer in graph.layers[start:end]:
         if not layer.allows_tp(tp):
             raise SpecError(where, f"{field}.tp", f"TP {tp} does not split layer {layer.name} "
                             f"evenly ({_what(layer)}); use one of {_list(_fitting(layer))}")
+
+
+_MISFITS: dict[tuple[int, int], tuple[LayerGraph, tuple[int, ...]]] = {}
+
+
+def _tp_misfits(graph: LayerGraph, tp: int) -> tuple[int, ...]:
+    """Prefix counts of the layers TP `tp` does not split evenly, once per (graph, tp): a
+    stage's range is then checked in O(1) instead of layer by layer."""
+    hit = _MISFITS.get((id(graph), tp))
+    if hit is None or hit[0] is not graph:
+        if len(_MISFITS) >= 1024:
+            _MISFITS.clear()
+        counts = [0]
+        for layer in graph.layers:
+            counts.append(counts[-1] + (not layer.allows_tp(tp)))
+        hit = _MISFITS[(id(graph), tp)] = (graph, tuple(counts))
+    return hit[1]
 
 
 def _check_gpu_name(name: str, node: Node, field: str, where: str) -> None:

@@ -11,31 +11,28 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from itertools import accumulate
 
+<<<<<<< HEAD
 from cost_models.attention import attention_scale_on
 from cost_models.comm import Link, allgather_s, allreduce_s, alltoall_s
 from cost_models.compute import LayerWork, adam_step_s, gemm_s, layer_compute_s, memory_s
 from cost_models.context import gathered_kv_memory_bytes, ring_attention_exposed_s
 from cost_models.efficiency import KERNELS_PER_BLOCK_FWD, constants_for
 from cost_models.fusion import fused_traffic_ratio
+=======
+from cost_models.comm import Link
+from cost_models.compute import adam_step_s
+>>>>>>> main
 from cost_models.gpu import GpuSpec
-from cost_models.memory import (
-    activation_bytes_per_gpu,
-    optimizer_bytes_per_param,
-    state_bytes_per_param,
-)
+from cost_models.memory import optimizer_bytes_per_param, state_bytes_per_param
 from cost_models.moe import DEFAULT_CAPACITY_FACTOR
 from cost_models.profiles import ProfileSet, default_profiles
-from cost_models.te_activations import te_block_replicated_bytes, te_block_saved_bytes
 from planner.costing.framework import DEFAULT_FRAMEWORK, Framework
-from planner.costing.layer_gemms import layer_gemm_factors
+from planner.costing.layer_cost import kv_bytes_per_sequence, layer_costs, tp_split
 from planner.costing.links import link_of_kind
 from planner.graph.layers import Layer, LayerGraph
 
 __all__ = ["LayerCostTable", "StageCost", "kv_bytes_per_sequence", "layer_cost_table",
            "stage_cost", "tp_split"]
-
-_KERNELS = {"embedding": 4, "block": KERNELS_PER_BLOCK_FWD, "head": 10,
-            "other": KERNELS_PER_BLOCK_FWD}
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,6 +146,7 @@ def _intra_link(gpu: GpuSpec, gb_per_s: float | None, kind: str | None) -> Link:
     return link_of_kind(kind or gpu.intra_node_link, bw)
 
 
+<<<<<<< HEAD
 def tp_split(layer: Layer, fw: Framework = DEFAULT_FRAMEWORK, tp: int = 1) -> bool:
     """Whether a TP group of `tp` splits the layer (its parameters and GEMMs divide by TP) or
     every TP rank holds it whole: blocks always split; the embedding and head under a
@@ -411,6 +409,8 @@ def _score_traffic_bytes(layer: Layer, graph: LayerGraph, fw: Framework) -> tupl
 
 
 _NO_PROFILES = ProfileSet()
+=======
+>>>>>>> main
 _CONTENT_FIELDS = tuple(f.name for f in fields(Layer) if f.name not in ("index", "name"))
 _CACHE: dict[tuple, tuple[LayerGraph, ProfileSet, LayerCostTable]] = {}
 _CACHE_MAX = 20_000
@@ -459,7 +459,7 @@ def layer_cost_table(graph: LayerGraph, gpu: GpuSpec, tp: int, micro_batch: int,
     for layer in graph.layers:
         contents = tuple(getattr(layer, f) for f in _CONTENT_FIELDS)
         if contents not in same:
-            same[contents] = _layer_costs(layer, graph, gpu, tp, micro_batch, recompute,
+            same[contents] = layer_costs(layer, graph, gpu, tp, micro_batch, recompute,
                                           precision, sequence_parallel, link, profiles, framework,
                                           (ep, ep_link, capacity_factor), (cp, cp_link))
         rows.append(same[contents])

@@ -5,7 +5,7 @@ compute model for that GPU type: forward, backward (activation and weight gradie
 optimizer step of each layer kind, at each requested micro-batch size, TP 1. Every block of
 our models has the same shapes, so one block stands for all (as in the extractor). TP > 1
 needs a TP group of GPUs; the cost model scales TP-1 profiles to other degrees with its
-physics (planner/costing/stage_cost.py).
+physics (planner/costing/layer_cost.py).
 
 The layers run the way hetplan's runtime runs them: fp32 master weights, the forward under
 autocast at the training precision, AdamW for the update, SDPA attention. Each element gets a

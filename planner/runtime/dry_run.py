@@ -44,6 +44,8 @@ class DryrunResult:
     params_checked: int
     """Distinct parameters compared each step (all of the model's, or the check failed)."""
     wall_s: float
+    """Wall-clock time of the run: differs run to run, so `to_dict` leaves it out unless
+    asked (`hetplan dryrun --json --timing`)."""
     model: dict[str, int]
     notes: tuple[str, ...] = field(default_factory=tuple)
     first_step: int = 0
@@ -52,15 +54,19 @@ class DryrunResult:
     """Worst weight difference after the last step (reported, not judged: Adam can turn a
     rounding-level gradient difference near zero into a step of ±lr)."""
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"ok": self.ok, "max_grad_diff": self.max_grad_diff,
-                "max_param_diff": self.max_param_diff, "loss": self.losses[-1],
-                "reference_loss": self.reference_losses[-1],
-                "max_loss_diff": self.max_loss_diff, "losses": list(self.losses),
-                "reference_losses": list(self.reference_losses), "ranks": self.ranks,
-                "params_checked": self.params_checked, "tolerance": TOLERANCE,
-                "wall_s": round(self.wall_s, 3), "model": self.model, "notes": list(self.notes),
-                "first_step": self.first_step}
+    def to_dict(self, *, timing: bool = False) -> dict[str, Any]:
+        """The result as JSON: the same plan and flags give the same dict, except `wall_s`,
+        present only with `timing`."""
+        out = {"ok": self.ok, "max_grad_diff": self.max_grad_diff,
+               "max_param_diff": self.max_param_diff, "loss": self.losses[-1],
+               "reference_loss": self.reference_losses[-1],
+               "max_loss_diff": self.max_loss_diff, "losses": list(self.losses),
+               "reference_losses": list(self.reference_losses), "ranks": self.ranks,
+               "params_checked": self.params_checked, "tolerance": TOLERANCE}
+        if timing:
+            out["wall_s"] = round(self.wall_s, 3)
+        return out | {"model": self.model, "notes": list(self.notes),
+                      "first_step": self.first_step}
 
 
 def tiny_spec(model: dict[str, Any], plan: Plan) -> ModelSpec:
@@ -209,8 +215,12 @@ def dryrun(plan: Plan, *, steps: int = 3, max_ranks: int = 16,
                 f"dryrun needs about {need.total_gib:.1f} GiB of memory ({need.workers} workers "
                 f"× {need.per_worker_bytes / 2**30:.2f} GiB) but {limit:.1f} GiB is available; "
                 "lower --max-ranks (fewer pipelines) or free memory")
+        # The free memory differs run to run; the note names only the inputs' figures (the
+        # refusal above says how much was free).
+        within = ("within the memory available" if memory_gib is None
+                  else f"within --memory-gib {memory_gib:g}")
         notes.append(f"memory: about {need.total_gib:.1f} GiB for {need.workers} workers "
-                     f"({limit:.1f} GiB available); the reference runs "
+                     f"({within}); the reference runs "
                      f"{need.reference_chunk} sequence(s) at a time")
     if is_module_model(plan.model):
         notes.append("a plan made from your nn.Module: dryrun runs the module at its own size")

@@ -3,12 +3,12 @@
 The files go to a temporary folder beside the target, which is then renamed into place. A
 target that already holds an earlier hetplan launch folder (it has the marker file) is
 replaced whole, so no script of an older plan is left beside a new plan; any other non-empty
-folder is refused rather than overwritten. On any failure the target is as it was.
+folder is refused rather than overwritten, and so is a target whose parent folder is missing
+(as for every output file). On any failure the target is as it was.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 import tempfile
@@ -16,7 +16,7 @@ from pathlib import Path
 
 from planner.errors import HetplanError
 
-__all__ = ["MARKER", "write_folder"]
+__all__ = ["MARKER", "check_out_dir", "write_folder"]
 
 MARKER = ".hetplan-launch"
 """Present in every folder hetplan writes: it may be replaced by a later launch."""
@@ -31,30 +31,36 @@ def _ours(d: Path) -> bool:
         n.endswith((".sh", ".json", ".tsv", ".sbatch")) for n in names)
 
 
-def _check_target(d: Path) -> None:
+def check_out_dir(d: Path) -> None:
+    """Refuse, in one HetplanError line naming the path and the fix, a target that cannot
+    become the folder: a file, a foreign non-empty folder, a parent folder that is missing, a
+    file, or not writable. The target itself may be missing (it is created); its parent is
+    never created, as every other output path of hetplan (`planner/outfile.py`): a mistyped
+    path is an error, not a new tree. Called before the work, and again by `write_folder`."""
     if d.exists() and not d.is_dir():
         raise HetplanError(f"--out-dir {d}: is a file; give a folder path")
     if d.is_dir() and any(d.iterdir()) and not _ours(d):
         raise HetplanError(f"--out-dir {d}: exists and holds files hetplan did not write; "
                            "give a new or empty folder")
     parent = d.parent
-    if parent.exists() and not parent.is_dir():
+    if not parent.exists():
+        raise HetplanError(f"--out-dir {d}: folder {parent} does not exist; create it first "
+                           f"(mkdir -p {parent}) or write elsewhere")
+    if not parent.is_dir():
         raise HetplanError(f"--out-dir {d}: {parent} is a file, not a folder")
+    try:  # permission bits alone do not tell (root, read-only mounts, ACLs)
+        Path(tempfile.mkdtemp(prefix=f".{d.name}.probe-", dir=parent)).rmdir()
+    except OSError as exc:
+        raise HetplanError(f"--out-dir {d}: cannot write in folder {parent} "
+                           f"({exc.strerror or exc}); nothing was written; pick a folder you "
+                           "can write to") from None
 
 
 def write_folder(target: Path, files: dict[str, tuple[str, bool]]) -> None:
     """`files`: name → (text, executable). One-line HetplanError on any OS failure."""
-    _check_target(target)
-    created: list[Path] = []
+    check_out_dir(target)
     tmp: Path | None = None
     try:
-        missing = []
-        p = target.parent
-        while not p.exists():
-            missing.append(p)
-            p = p.parent
-        target.parent.mkdir(parents=True, exist_ok=True)
-        created = list(reversed(missing))
         tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
         for name, (text, executable) in files.items():
             path = tmp / name
@@ -72,9 +78,6 @@ def write_folder(target: Path, files: dict[str, tuple[str, bool]]) -> None:
     finally:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
-            for d in reversed(created):
-                with contextlib.suppress(OSError):
-                    d.rmdir()
 
 
 def _swap(tmp: Path, target: Path) -> None:

@@ -26,7 +26,6 @@ from planner.search.engine import (
     _COST_ALL_BELOW,
     _COST_TOP,
     _INTERLEAVE_TOP,
-    _LARGE_CLUSTER,
     _MAX_WORK,
     _SMALL_CLUSTER,
     OBJECTIVES,
@@ -40,6 +39,7 @@ from planner.search.interleave import interleaved_variant
 from planner.search.refine import refine
 from planner.search.result import SearchResult, SearchStats
 from planner.search.seeds import megatron_layouts
+from planner.search.shapes import LARGE_CLUSTER
 from planner.search.sharding import best_sharding
 
 __all__ = ["SCHEDULES", "plan"]
@@ -125,7 +125,7 @@ def _reduced_notes(search: Search, wanted: Sequence[str], scheds: Sequence[str],
         out.append(f"{search.coarse} programs limited stages to whole TP units (TP ≥ 2) to "
                    f"bound their GPU-budget grid")
     if search.skipped_mixed:
-        out.append(f"over {_LARGE_CLUSTER} GPUs: each pipeline uses one GPU group "
+        out.append(f"over {LARGE_CLUSTER} GPUs: each pipeline uses one GPU group "
                    "(pipelines of different groups still run side by side)")
     if search.skipped_work:
         out.append(f"{search.skipped_work} shapes skipped: their program would exceed "

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from cost_models.memory import GIB, optimizer_bytes_per_param, state_bytes_per_param
+from cost_models.memory import optimizer_bytes_per_param, state_bytes_per_param
 from cost_models.profiles import ProfileSet
 from planner.cluster.model import Cluster
 from planner.costing.estimate import estimate
@@ -30,9 +30,9 @@ from planner.errors import HetplanError
 from planner.limits import MAX_MICROBATCHES
 from planner.schema import Plan
 from planner.search.assemble import PLACEMENTS, PipelineClass, build_plan
-from planner.search.bounds import layer_bound
 from planner.search.hetero import heterogeneous_plans, shortlist
 from planner.search.partition import Option, objective, solve
+from planner.search.shapes import islands, shapes_for
 from planner.search.tables import (
     OptionCosts,
     cp_degrees,
@@ -58,8 +58,6 @@ _NEAR = 0.5
 """Small clusters: also re-cost every pipeline within 50 % of the program's best objective."""
 _SMALL_CLUSTER = 8
 """Up to this many GPUs every bottleneck cap is tried and every candidate re-costed."""
-_LARGE_CLUSTER = 256
-"""Above this many GPUs, pipelines stay on one GPU group (heterogeneous DP across groups)."""
 
 
 def plan_key(p: Plan) -> tuple:
@@ -88,10 +86,6 @@ def default_batch(spec: dict[str, Any] | None) -> int:
         raise HetplanError("no global batch size: pass --global-batch N (or global_batch_size=) "
                            "or set training.global_batch_size in the model spec")
     return int(gbs)
-
-
-def _islands(n_groups: int) -> list[tuple[int, ...]]:
-    return [c for r in range(1, n_groups + 1) for c in itertools.combinations(range(n_groups), r)]
 
 
 class Search:
@@ -186,48 +180,6 @@ class Search:
             return False
         return sum(self.prices[g] * k for g, k in gpus.items()) <= self.budget + 1e-9
 
-    def shapes_for(self, b: int, schedule: str) -> list[tuple]:
-        """(lower bound, b, schedule, island, replicas, cp) for every shape whose GPUs can hold
-        the model state; the bound holds for any plan that contains such a class."""
-        opts = self.options(b)
-        bound = layer_bound(opts)
-        total_mb = self.gbs // b
-        state = self.graph.params * self.state_bytes
-        out = []
-        for island in _islands(len(self.cluster.groups)):
-            if len(island) > 1 and sum(self.gpus) > _LARGE_CLUSTER:
-                self.skipped_mixed += 1
-                continue
-            cap = max(self.cluster.groups[g].gpu.memory_gib for g in island) * GIB
-            # cp-blocks of cp pipelines share their micro-batches: up to total_mb · cp replicas.
-            top = min(min(self.gpus[g] for g in island), total_mb * max(self.cps))
-            for d in range(1, top + 1):
-                budgets = {g: self.gpus[g] // d for g in island}
-                cps = tuple(cp for cp in self.cps if d % cp == 0 and d // cp <= total_mb)
-                if not self.small and not self.pays_per_gpu and d < top and all(
-                        self.gpus[g] // (d + 1) == k for g, k in budgets.items()):
-                    # More replicas of the same pipelines: kept only in exhaustive mode (a
-                    # cp > 1 shape has no such twin: d + 1 replicas make other blocks).
-                    self.skipped_same_budget += 1
-                    cps = tuple(cp for cp in cps if cp > 1)
-                if not cps:
-                    continue
-                need = state - self.graph.params * self.opt_bytes * (1 - 1 / d)
-                ep = max(e for e in ep_degrees(self.graph) if d % e == 0)
-                need -= self.experts * self.state_bytes * (1 - 1 / ep)
-                if sum(budgets.values()) * cap < need:
-                    continue  # the pipeline's GPUs cannot hold the model state at all
-                # A class that may join a heterogeneous plan is bounded with the other
-                # groups' GPUs added; outside exhaustive mode only one-group classes join.
-                joins = self.small or len(island) == 1
-                offered = {g: k for g, k in enumerate(self.gpus) if g not in island and joins}
-                offered.update({g: d * k for g, k in budgets.items()})
-                lb = bound.iteration_s(total_mb, offered)
-                # Context parallelism: d pipelines in blocks of cp (each block's micro-batches
-                # at least one), bounded like the rest (layer_bound counts its cp GPUs).
-                out += [(lb, b, schedule, island, d, cp) for cp in cps]
-        return out
-
     def solve_shape(self, b: int, schedule: str, island: tuple[int, ...], d: int,
                     pipelines: int | None = None, microbatches: int | None = None,
                     cp: int = 1) -> list[PipelineClass]:
@@ -290,7 +242,7 @@ class Search:
         """Solve shapes by increasing lower bound until the bound passes the best estimate
         found so far; every few shapes, combine islands into heterogeneous plans."""
         self.steps = [(b, sched) for b in micro_batch_sizes for sched in schedules]
-        shapes = [sh for b, sched in self.steps for sh in self.shapes_for(b, sched)]
+        shapes = [sh for b, sched in self.steps for sh in shapes_for(self, b, sched)]
         shapes.sort(key=lambda sh: (sh[0], sh[1], sh[2], len(sh[3]), sh[3], sh[4], sh[5]))
         self.shapes = len(shapes)
         found: dict[tuple[int, str], dict[tuple[int, ...], list[PipelineClass]]] = {}
@@ -334,7 +286,7 @@ class Search:
             total_mb = self.gbs // b
             if exhaustive:
                 choices = {isl: list(range(1, min(self.gpus[g] for g in isl) + 1))
-                           for isl in _islands(len(self.gpus))}
+                           for isl in islands(len(self.gpus))}
             else:
                 # Large clusters: each GPU group's own pipelines side by side (the common
                 # heterogeneous-DP shape); mixed islands join only in exhaustive mode.

@@ -24,6 +24,8 @@ class SearchStats:
     costed: int
     """Candidates re-costed with `estimate` (the judge of the final ranking)."""
     seconds: float
+    """Wall-clock time of the search: differs run to run, so `to_dict` leaves it out unless
+    asked (`hetplan plan --json --timing`)."""
     exact: bool
     """True only when proven: the plan meets the certified lower bound. Otherwise the true
     optimum lies between `lower_bound` and the plan, and `notes` name the reductions that may
@@ -41,14 +43,19 @@ class SearchStats:
     def bound_unit(self) -> str:
         return "s" if self.objective == "throughput" else "$/1M tokens"
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"shapes": self.shapes, "shapes_pruned": self.shapes_pruned,
-                "programs": self.programs, "candidates": self.candidates,
-                "costed": self.costed, "seconds": round(self.seconds, 3),
-                "exact": self.exact, "objective": self.objective,
-                "lower_bound": self.lower_bound, "lower_bound_unit": self.bound_unit,
-                "gap_pct": None if self.gap_pct is None else round(self.gap_pct, 4),
-                "notes": list(self.notes)}
+    def to_dict(self, *, timing: bool = False) -> dict[str, Any]:
+        """The stats as JSON; the same inputs give the same dict, except `seconds` (the wall
+        time), present only with `timing`."""
+        out: dict[str, Any] = {
+            "shapes": self.shapes, "shapes_pruned": self.shapes_pruned,
+            "programs": self.programs, "candidates": self.candidates, "costed": self.costed}
+        if timing:
+            out["seconds"] = round(self.seconds, 3)
+        return out | {
+            "exact": self.exact, "objective": self.objective,
+            "lower_bound": self.lower_bound, "lower_bound_unit": self.bound_unit,
+            "gap_pct": None if self.gap_pct is None else round(self.gap_pct, 4),
+            "notes": list(self.notes)}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

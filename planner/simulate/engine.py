@@ -12,6 +12,7 @@ parallelism (`dp_sync_s`) and steps the optimizer (`optimizer_s`).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import lru_cache
 
 from planner.simulate.closed_form import uniform_makespan_s
 from planner.simulate.order import device_orders
@@ -74,7 +75,8 @@ def simulate(chunks: Sequence[StageTiming], microbatches: int, schedule: str = "
         for d in range(s_count):
             order = orders[d]
             k, t, log = ptr[d], free[d], runs[d]
-            while k < len(order):
+            n_ops = len(order)
+            while k < n_ops:
                 backward, i, c = order[k]
                 if backward:
                     if c == last:
@@ -126,7 +128,7 @@ def simulate(chunks: Sequence[StageTiming], microbatches: int, schedule: str = "
                 k += 1
                 moved = True
             ptr[d], free[d] = k, t
-            if k == len(order):
+            if k == n_ops:
                 done_devices += 1
         if not moved and done_devices < s_count:
             raise RuntimeError(f"schedule {schedule!r} deadlocked at ops {ptr}; this is a bug")
@@ -194,7 +196,7 @@ def _timeline(chunks: Sequence[StageTiming], s_count: int, v: int, m: int, sched
         bubble_fraction=bubble,
         busy_s=busy,
         events=tuple(events),
-        max_inflight=tuple(_max_inflight(o) for o in orders),
+        max_inflight=_max_inflights(s_count, v, m, schedule),
         pipeline_s=pipeline_s,
         num_devices=s_count,
         num_chunks=len(chunks),
@@ -213,6 +215,13 @@ def _per_device(values: Sequence[float] | None, s_count: int, name: str) -> list
     if len(values) != s_count or any(x < 0 for x in values):
         raise ValueError(f"{name} needs {s_count} values ≥ 0 (one per device), got {list(values)}")
     return [float(x) for x in values]
+
+
+@lru_cache(maxsize=256)
+def _max_inflights(s_count: int, v: int, m: int, schedule: str) -> tuple[int, ...]:
+    """Per device, the most micro-batches in flight: a function of the schedule's shape alone
+    (`device_orders` is cached on the same key), so every estimate of that shape shares it."""
+    return tuple(_max_inflight(o) for o in device_orders(s_count, v, m, schedule))
 
 
 def _max_inflight(order: list[tuple[bool, int, int]]) -> int:
