@@ -8,7 +8,9 @@ attention core at the GEMM rate makes long-sequence runs too fast (docs/cost-mod
 `mpt_llm_foundry.csv`: +40-46 % at ≥ 16k tokens).
 
 Each figure below is the kernel's published throughput with a causal mask at head dim 128
-(every model the validation prices has head dim 112-128), at long sequences (8k-16k tokens,
+(the validation's models have head dim 128, except MPT-125M / 350M at 64, whose kernels are
+slower still: FA3 paper Fig. 5, FA2 forward 322 against 370 TFLOP/s at 8k tokens without
+mask; not modelled, one figure per kernel), at long sequences (8k-16k tokens,
 where the kernel's rate has flattened), as a fraction of the GPU's dense 16-bit tensor peak,
 counting the causal FLOPs as the kernel benchmarks do (half the non-causal 4·s²·d per head
 forward, 2.5× that backward). A (kernel, generation) with no published figure, or one not in
@@ -36,8 +38,6 @@ fused kernel is not the fast path)."""
 _H100_BF16_PEAK_TFLOPS = 989.0
 """H100 SXM5 dense 16-bit tensor peak (NVIDIA H100 datasheet), the denominator of the FA3
 paper's figures below."""
-_A100_BF16_PEAK_TFLOPS = 312.0
-"""A100 SXM4 dense 16-bit tensor peak (NVIDIA A100 datasheet)."""
 
 # Causal / non-causal ratio of one kernel's rate at 8k tokens, head dim 128, H100 (FA3 paper,
 # Shah et al. 2024, Fig. 5): FlashAttention-2 333 / 370, cuDNN 529 / 600, FA3 602 / 646
@@ -52,7 +52,7 @@ FA2_A100 = (0.73 * _CAUSAL_FA2, 0.63 * _CAUSAL_FA2)
 """FlashAttention-2 on A100 SXM4, (forward, backward) share of the 312 TFLOP/s peak: Dao 2023,
 "FlashAttention-2", §4.1 ("up to 73 % of the theoretical maximum FLOPs/s" forward, "up to
 63 %" backward, head dim 128, no mask), at FA2's causal/non-causal ratio above: 0.66 / 0.57.
-Not priced for FA2 itself (see `KERNEL_EFFICIENCY`), the base of the Triton kernel's figure."""
+Not priced for FA2 itself (see `PRICED`); the base of the Triton kernel's figure."""
 
 TRITON_FA1_SLOWDOWN = (1.3, 2.0)
 """(forward, backward) time of the FlashAttention Triton kernel (`flash_attn_triton.py`, the
