@@ -44,27 +44,29 @@ def ring_attention_exposed_s(kv_bytes: float, attention_s: float, cp: int,
     return fwd, bwd
 
 
-def gathered_kv_memory_bytes(kv_whole_bytes: float, mask_bytes: float, cp: int,
+def gathered_kv_memory_bytes(kv_whole_bytes: float, cp: int,
                              recompute: str) -> tuple[float, float]:
     """(saved per micro-batch, transient) bytes one GPU holds for one block beyond its own
     seq/cp tokens' K/V when attention all-gathers K and V over the cp group (the Llama 3
     variant: Dubey et al. 2024, §3.3.2; hetplan's runtime, `planner/runtime/context.py`).
 
     `kv_whole_bytes`: K and V of the whole sequences of a micro-batch on this GPU's KV heads
-    (2 · seq · kv_heads / tp · head_dim · dtype bytes · micro-batch); `mask_bytes`: the
-    position mask of seq/cp queries against seq keys in the attention dtype, built once per
-    stage and shared by its blocks and micro-batches.
+    (2 · seq · kv_heads / tp · head_dim · dtype bytes · micro-batch). Each query chunk attends
+    causally to the gathered keys before its end (`planner/models/prefix_attention.py`): no
+    position mask is built.
 
     Attention saves the gathered K/V for its backward (selective recompute checkpoints the
     core, whose inputs they are), so without full recompute each in-flight micro-batch keeps
     (cp-1)/cp of `kv_whole_bytes` per block beyond its own share. In the block's backward the
     gathered K and V get their whole gradients, and the gather's backward copies one of them
-    to all-reduce it: 1.5 × `kv_whole_bytes` at once. Under full recompute the block
-    re-gathers K/V inside the backward: the (cp-1)/cp joins the transient instead."""
+    to all-reduce it: 1.5 × `kv_whole_bytes` at once (the attention's own backward works one
+    key block of seq/(2·cp) at a time beside the whole gradients: at most 1/(2·cp) of it,
+    below that 0.5). Under full recompute the block re-gathers K/V inside the backward: the
+    (cp-1)/cp joins the transient instead."""
     if cp <= 1 or kv_whole_bytes <= 0:
         return 0.0, 0.0
     remote = kv_whole_bytes * (cp - 1) / cp
-    transient = 1.5 * kv_whole_bytes + mask_bytes
+    transient = 1.5 * kv_whole_bytes
     if recompute == "full":
         return 0.0, transient + remote
     return remote, transient

@@ -1,8 +1,9 @@
 """The gathered K/V of context parallelism in stage memory: hetplan's runtime all-gathers K and
 V over the cp group (runtime/context.py), so attention saves the whole sequences' K/V for its
-backward, gets their whole gradients, and masks by position. Priced against the closed form
+backward and gets their whole gradients. Priced against the closed form
 2 · seq · kv_heads · head_dim · bytes · micro-batch / tp, and against the tensors the
-runtime's attention really saves (saved-tensor hooks, one process)."""
+runtime's attention really saves (saved-tensor hooks, one process). Each query chunk attends
+causally to the key prefix up to its own end: no position mask is held."""
 
 from __future__ import annotations
 
@@ -49,12 +50,11 @@ def test_gathered_kv_closed_form(cp: int, tp: int, mb: int, recompute: str) -> N
     spec = planner.load_model("tiny-llama").spec.replace(seq_len=64)
     blocks = sum(1 for lay in graph.layers if lay.kind == "block")
     whole = _kv_whole(spec, mb, tp, graph.dtype_bytes)
-    mask = (64 // cp) * 64 * graph.dtype_bytes  # seq/cp queries × seq keys, once per stage
     cost = _cost(graph, cp, tp, mb, recompute)
     base = _cost(graph, cp, tp, mb, recompute, framework=Framework(cp_ring_overlap=True))
     remote = whole * (cp - 1) / cp  # other ranks' K/V, beyond this rank's own share
     saved = 0.0 if recompute == "full" else blocks * remote
-    transient = 1.5 * whole + mask + (remote if recompute == "full" else 0.0)
+    transient = 1.5 * whole + (remote if recompute == "full" else 0.0)
     assert cost.context_activation_bytes_per_microbatch == pytest.approx(saved, rel=1e-12)
     assert cost.context_transient_bytes == pytest.approx(transient, rel=1e-12)
     # Added to what the ring (which never holds the whole sequence) keeps.
@@ -83,18 +83,21 @@ def test_stage_memory_shows_it_apart_and_the_parts_still_sum() -> None:
 
 
 class _LocalShard(ContextShard):
-    """A cp rank's shard without a process group: the gather pads this rank's K/V block
-    with the other ranks' (zeros here), so shapes and saved tensors are the runtime's."""
+    """A cp rank's shard without a process group: the gather places this rank's two chunks
+    at their positions among the other ranks' (zeros here), so shapes and saved tensors are
+    the runtime's."""
 
     def __init__(self, cp: int, index: int) -> None:
         self.group, self.cp, self.index = None, cp, index
         self.order = list(range(cp))
-        self._masks = {}
         self.grads: list[torch.Size] = []
 
     def gather(self, x: torch.Tensor) -> torch.Tensor:
-        whole = torch.cat([x if g == self.index else torch.zeros_like(x)
-                           for g in range(self.cp)], dim=2)
+        half = x.shape[2] // 2
+        mine = {self.index: x.narrow(2, 0, half),
+                2 * self.cp - 1 - self.index: x.narrow(2, half, half)}
+        whole = torch.cat([mine.get(c, torch.zeros_like(mine[self.index]))
+                           for c in range(2 * self.cp)], dim=2)
         whole.register_hook(lambda g: self.grads.append(g.shape))
         return whole
 
@@ -117,23 +120,23 @@ def _saved_bytes(attn: Attention, x: torch.Tensor, calls: int) -> int:
     return sum(seen.values())
 
 
-def test_runtime_attention_saves_the_gathered_kv_and_one_mask() -> None:
+@pytest.mark.parametrize("index", [0, 1, 3])
+def test_runtime_attention_saves_the_gathered_kv_and_no_mask(index: int) -> None:
     # The runtime's Attention (tiny-llama shape: 4 heads, 2 KV heads of 16) on one cp rank's
     # 16 of 64 tokens, cp 4, fp32, two forwards (two micro-batches or two blocks of a stage):
     # beyond what whole-sequence-free attention on the same tokens saves, each keeps the
-    # other ranks' K/V, and the position mask is one tensor for both.
+    # other ranks' K/V, and nothing else: no position mask.
     torch.manual_seed(0)
     seq, cp, hidden = 64, 4, 64
     spec = planner.load_model("tiny-llama").spec.replace(seq_len=seq)
     attn = Attention(hidden, 4, 2, bias=False, rope_theta=10000.0)
     x = torch.randn(1, seq // cp, hidden, requires_grad=True)
     local = _saved_bytes(attn, x, 2)
-    shard = _LocalShard(cp, 1)
+    shard = _LocalShard(cp, index)
     attn.context = shard
     gathered = _saved_bytes(attn, x, 2)
     whole = _kv_whole(spec, 1, 1, 4)
-    mask = seq // cp * seq * 4
-    assert gathered - local == 2 * whole * (cp - 1) / cp + mask
+    assert gathered - local == 2 * whole * (cp - 1) / cp
     # The backward gets the whole sequence's K and V gradients (then all-reduced).
     assert sorted(shard.grads) == [torch.Size([1, 2, seq, 16])] * 4
     assert sum(4 * torch.Size(g).numel() for g in shard.grads) == 2 * whole

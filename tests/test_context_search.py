@@ -19,9 +19,9 @@ from planner.search import plan
 from planner.search.tables import cp_degrees
 from tests.brute_space import four_gpu_cluster, one_node_plan, pipelines, splits
 
-# A K/V ring (Megatron-Core's): hetplan's own runtime all-gathers K/V and holds a position
-# mask of seq/cp × seq (priced in stage memory), which at 32k tokens outweighs these tiny
-# models' activations, so there cp never fits better; the search's choice is what is tested.
+# A K/V ring (Megatron-Core's): hetplan's own runtime all-gathers K/V, so every GPU holds the
+# whole sequences' K/V (priced in stage memory), which weighs heavily against these tiny
+# models' activations; the search's choice under the ring is what is tested.
 RING = Framework(cp_ring_overlap=True)
 
 

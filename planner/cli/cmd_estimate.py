@@ -178,8 +178,8 @@ def estimate(
         # A plan, priced on the cluster it embeds or on CLUSTER (checked against it).
         checked = load_checked(model_or_plan, cluster, seq_len=seq_len)
         plan, graph = checked.plan, checked.graph
-        est = run_estimate(None, checked.cluster, plan, profiles=profiles,
-                           framework=framework_named(framework, plan.predicted),
+        fw = framework_named(framework, plan.predicted)
+        est = run_estimate(None, checked.cluster, plan, profiles=profiles, framework=fw,
                            capacity_factor=capacity_factor)
         title = f"{plan.model.get('name', 'model')} on {checked.cluster.name}"
     else:
@@ -192,8 +192,8 @@ def estimate(
             sequence_parallel=sequence_parallel, schedule=schedule,
             virtual_stages=virtual_stages, zero1=zero_stage >= 1, zero=zero_stage, ep=ep,
             cp=cp)
-        est = run_estimate(model, cl, plan, profiles=profiles,
-                           framework=framework_named(framework),
+        fw = framework_named(framework)
+        est = run_estimate(model, cl, plan, profiles=profiles, framework=fw,
                            capacity_factor=capacity_factor)
         title = f"{model.name} on {cl.name}"
         graph = model.graph
@@ -204,12 +204,13 @@ def estimate(
                              "average; busiest expert at capacity_factor × the mean load"}
         print_json(record)
     else:
-        _print(est, title, plan, capacity_factor, graph.seq_len)
+        _print(est, title, plan, capacity_factor, graph.seq_len, fw.cp_ring_overlap)
     if not est.feasible:
         raise typer.Exit(EXIT_INFEASIBLE)
 
 
-def _print(est: Any, title: str, plan: Any, capacity_factor: float, seq_len: int) -> None:
+def _print(est: Any, title: str, plan: Any, capacity_factor: float, seq_len: int,
+           cp_ring: bool) -> None:
     from planner.report.plan_view import batch_line, schedule_label
 
     wide_console(150).print(_table(est, f"{title}, {schedule_label(plan)}", plan))
@@ -226,7 +227,9 @@ def _print(est: Any, title: str, plan: Any, capacity_factor: float, seq_len: int
     cps = sorted({plan.cp(p) for p in range(len(plan.pipelines))})
     if cps != [1]:
         console.print(f"context parallelism: cp {', '.join(map(str, cps))}; each sequence in "
-                      "2·cp zig-zag chunks (balanced causal attention), K/V ring priced per "
-                      "step against that step's attention, gradients reduced over dp·cp")
+                      "2·cp zig-zag chunks (balanced causal attention), "
+                      + ("K/V ring priced per step against that step's attention"
+                         if cp_ring else "K/V all-gathered before attention, its gradient "
+                         "all-reduced, not overlapped") + ", gradients reduced over dp·cp")
     for problem in est.problems:
         console.print(f"[red]infeasible:[/red] {problem}")

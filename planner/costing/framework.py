@@ -129,8 +129,9 @@ class Framework:
     """Context parallelism's K/V exchange: True, a ring of p2p sends overlapped with the
     attention steps under a causal kernel (Megatron-Core `cp_comm_type="p2p"`, torchtitan's
     `context_parallel`); False, hetplan's runtime (`runtime/context.py`): K and V all-gathered
-    before attention, blocking, an explicit position mask (so the kernel computes every
-    score of its seq/cp queries, no causal skip) and the gathered gradient all-reduced."""
+    before attention, blocking, each query chunk attending causally to the keys before its
+    end (no mask: the causal share of the work, as the ring) and the gathered gradient
+    all-reduced."""
     max_zero: int = 3
     """The highest ZeRO stage the stack runs alongside its pipeline schedule (the search tries
     no higher): Megatron-LM's distributed optimizer and DeepSpeed's pipeline engine shard

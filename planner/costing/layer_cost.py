@@ -77,11 +77,12 @@ def layer_costs(layer: Layer, graph: LayerGraph, gpu: GpuSpec, tp: int, mb: int,
     # twice its forward and all activation gradient.
     width = layer.matmul_dim / t if layer.kind in ("block", "other") else layer.matmul_dim
     gathered = cp > 1 and layer.kind == "block" and not fw.cp_ring_overlap
-    share = 1.0 if gathered else fw.attention_flops_share  # a position mask: no causal skip
-    # The attention core at its kernel's own published rate (cost_models/attention.py); a
-    # gathered K/V with a position mask is not the causal kernel those figures describe.
-    attn_scale = (1.0, 1.0) if gathered else attention_scale_on(
-        fw.attention_kernel, gpu, precision)
+    # Under cp each rank's two zig-zag query chunks attend causally to the keys before their
+    # ends (runtime/context.py, no mask): the causal share of seq/cp queries × seq keys,
+    # the same on every rank, as in the ring.
+    share = fw.attention_flops_share
+    # The attention core at its kernel's own published rate (cost_models/attention.py).
+    attn_scale = attention_scale_on(fw.attention_kernel, gpu, precision)
     skipped = (1.0 - share) * layer.fwd_attention_flops
     work = LayerWork(
         fwd_matmul_flops=b * (layer.fwd_matmul_flops - skipped + extra) / ts,
@@ -196,9 +197,8 @@ def layer_costs(layer: Layer, graph: LayerGraph, gpu: GpuSpec, tp: int, mb: int,
     experts = layer.expert_params / ep / ts if layer.num_experts else 0.0
     ctx_act = ctx_transient = 0.0
     if gathered:  # every rank holds the whole sequences' K/V for attention (runtime/context.py)
-        mask = graph.seq_len / cp * graph.seq_len * graph.dtype_bytes
         ctx_act, ctx_transient = gathered_kv_memory_bytes(
-            mb * kv_bytes_per_sequence(layer, graph) / ts, mask, cp, recompute)
+            mb * kv_bytes_per_sequence(layer, graph) / ts, cp, recompute)
         act += ctx_act
         transient += ctx_transient
     return (fwd, bwd, bwd_w, params, act, update, transient, bwd - no_recompute_bwd, experts,

@@ -26,7 +26,7 @@ class StageMemory:
     context_gib: float = 0.0
     """Context parallelism's all-gathered K/V (hetplan's runtime): other cp ranks' K/V saved
     for the backward by the in-flight micro-batches, and one block's backward transient (the
-    gathered K/V gradients, the all-reduce's copy, the position mask)."""
+    gathered K/V gradients, the all-reduce's copy)."""
 
     @property
     def total_gib(self) -> float:

@@ -61,7 +61,7 @@ class StageCost:
     and saved for the backward (cost_models/context.py: gathered_kv_memory_bytes)."""
     context_transient_bytes: float = 0.0
     """The part of `recompute_transient_bytes` that is the gathered K/V's gradients, the
-    all-reduce's copy and the position mask (and under full recompute the re-gathered K/V)."""
+    all-reduce's copy (and under full recompute the re-gathered K/V)."""
 
 
 @dataclass(frozen=True, slots=True)

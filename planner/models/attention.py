@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from planner.models.ops import dropout
+from planner.models.prefix_attention import prefix_causal_attention
 
 __all__ = ["Attention", "AttentionImpl", "CoreAttention", "apply_rope"]
 
@@ -37,34 +38,39 @@ class CoreAttention(nn.Module):
         self.dropout = dropout
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                allowed: torch.Tensor | None = None) -> torch.Tensor:
-        """`allowed`: (queries, keys) mask of the keys each query sees, boolean or additive
-        (0 / -inf in q's dtype), for queries and keys that are not one contiguous causal
-        sequence (context parallelism); None: causal over the same positions."""
+                ends: tuple[int, ...] | None = None) -> torch.Tensor:
+        """`ends`: the queries are len(ends) equal chunks, chunk j the last positions before
+        key ends[j], causal aligned to the bottom right (context parallelism's zig-zag
+        chunks against the gathered K/V, `prefix_attention.py`); None: queries and keys are
+        the same positions."""
         p = self.dropout if self.training else 0.0
         gqa = q.shape[1] != k.shape[1]
         if self.impl == "sdpa":
-            return F.scaled_dot_product_attention(
-                q, k, v, attn_mask=allowed, dropout_p=p, is_causal=allowed is None,
-                enable_gqa=gqa
-            )
+            if ends is not None:
+                return prefix_causal_attention(q, k, v, ends, p)
+            return F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True,
+                                                  enable_gqa=gqa)
         if gqa:
             group = q.shape[1] // k.shape[1]
             k = k.repeat_interleave(group, dim=1)
             v = v.repeat_interleave(group, dim=1)
-        s = q.shape[-2]
-        # An additive mask: adding saves nothing for backward (masked_fill would save the mask).
-        if allowed is None:
-            mask = torch.full((s, s), float("-inf"), device=q.device, dtype=q.dtype).triu(1)
-        elif allowed.dtype != torch.bool:
-            mask = allowed
-        else:
-            mask = torch.zeros(allowed.shape, device=q.device, dtype=q.dtype).masked_fill(
-                ~allowed, float("-inf"))
-        scores = torch.matmul(q, k.transpose(-2, -1)) * (1.0 / math.sqrt(q.shape[-1])) + mask
-        probs = F.softmax(scores, dim=-1)
-        probs = dropout(probs, p, self.training)
-        return torch.matmul(probs, v)
+        if ends is None:
+            ends = (k.shape[-2],)
+        n = q.shape[-2] // len(ends)
+        outs = []
+        for j, end in enumerate(ends):
+            # An additive mask (adding saves nothing for backward; masked_fill would save
+            # the mask): the op-by-op reference, which computes every score of its keys.
+            mask = torch.full((n, end), float("-inf"), device=q.device, dtype=q.dtype
+                              ).triu(end - n + 1)
+            whole = len(ends) == 1 and end == k.shape[-2]
+            qj, kj, vj = (q, k, v) if whole else (
+                q[:, :, j * n:(j + 1) * n], k[:, :, :end], v[:, :, :end])
+            scores = torch.matmul(qj, kj.transpose(-2, -1)) * (
+                1.0 / math.sqrt(q.shape[-1])) + mask
+            probs = dropout(F.softmax(scores, dim=-1), p, self.training)
+            outs.append(torch.matmul(probs, vj))
+        return outs[0] if len(outs) == 1 else torch.cat(outs, dim=2)
 
 
 def apply_rope(x: torch.Tensor, theta: float,
@@ -121,6 +127,7 @@ class Attention(nn.Module):
             q, k = apply_rope(q, self.rope_theta, pos), apply_rope(k, self.rope_theta, pos)
         if ctx is None:
             out = self.core(q, k, v)
-        else:  # every key of the sequence, gathered from the cp group; causal by position
-            out = self.core(q, ctx.gather(k), ctx.gather(v), ctx.mask(s, x.device, q.dtype))
+        else:  # the sequence's keys gathered from the cp group, in position order: each of
+            # this rank's query chunks attends to the prefix up to its own end
+            out = self.core(q, ctx.gather(k), ctx.gather(v), ctx.ends(s))
         return self.o(out.transpose(1, 2).reshape(b, s, -1))

@@ -3,7 +3,9 @@
 The cp group of a stage with `cp` > 1 is the same stage (same TP index) of the pipelines
 [k·cp, (k+1)·cp) (schema.py); pipeline k·cp + i holds chunks i and 2·cp-1-i of the 2·cp
 equal chunks of every sequence (zig-zag, so causal attention work is even). Attention
-all-gathers K and V over the group and masks by global position: the Llama 3 variant
+all-gathers K and V over the group, in position order, and each query chunk attends causally
+to the keys up to its own end (models/prefix_attention.py: no position mask, only the
+causal part computed): the Llama 3 variant
 (Dubey et al., "The Llama 3 Herd of Models", 2024, §3.3.2), which gloo runs on CPU;
 torch 2.13's `torch.distributed.tensor.experimental.context_parallel` has no sharding rule
 for the CPU attention kernel (`_scaled_dot_product_flash_attention_for_cpu`). The gather's
@@ -61,26 +63,35 @@ def cp_groups(plan: Plan) -> list[tuple[int, ...]]:
 
 
 class _Gather(torch.autograd.Function):
-    """(b, heads, seq/cp, d) blocks of the group → the whole (b, heads, seq, d), in cp order."""
+    """(b, heads, seq/cp, d) blocks of the group → the whole (b, heads, seq, d), in position
+    order (each block is its rank's two zig-zag chunks)."""
 
     @staticmethod
     def forward(ctx: Any, x: torch.Tensor, shard: ContextShard) -> torch.Tensor:
         ctx.shard = shard
-        parts = [torch.empty_like(x) for _ in range(shard.cp)]
+        cp, half = shard.cp, x.shape[2] // 2
+        parts = [torch.empty_like(x) for _ in range(cp)]
         dist.all_gather(parts, x.contiguous(), group=shard.group)
-        return torch.cat([parts[g] for g in shard.order], dim=2)
+        # Chunk c < cp is the first half of cp rank c's block, chunk c >= cp the second half
+        # of cp rank 2·cp-1-c's.
+        return torch.cat([parts[shard.order[c]].narrow(2, 0, half) for c in range(cp)]
+                         + [parts[shard.order[c]].narrow(2, half, half)
+                            for c in reversed(range(cp))], dim=2)
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, None]:
         shard = ctx.shard
         total = grad.contiguous().clone()
         dist.all_reduce(total, group=shard.group)
-        n = total.shape[2] // shard.cp
-        return total.narrow(2, shard.index * n, n).contiguous(), None
+        half = total.shape[2] // (2 * shard.cp)
+        first, last = shard.index, 2 * shard.cp - 1 - shard.index
+        return torch.cat((total.narrow(2, first * half, half),
+                          total.narrow(2, last * half, half)), dim=2), None
 
 
 class ContextShard:
-    """This rank's place in a cp group: its token positions, the K/V gather, the mask."""
+    """This rank's place in a cp group: its token positions, the K/V gather, the key prefix
+    each of its two query chunks sees."""
 
     def __init__(self, group: dist.ProcessGroup, cp: int, index: int) -> None:
         self.group, self.cp, self.index = group, cp, index
@@ -90,28 +101,16 @@ class ContextShard:
         dist.all_gather(every, mine, group=group)
         where = {int(t): g for g, t in enumerate(every)}
         self.order = [where[i] for i in range(cp)]
-        self._masks: dict[tuple[int, str, torch.dtype], torch.Tensor] = {}
 
     def positions(self, local_len: int, device: torch.device) -> torch.Tensor:
         return zigzag_positions(local_len, self.cp, self.index, device)
 
-    def allowed(self, local_len: int, device: torch.device) -> torch.Tensor:
-        """(local queries, all keys in gathered order): key position <= query position."""
-        keys = torch.cat([zigzag_positions(local_len, self.cp, i, device)
-                          for i in range(self.cp)])
-        return keys[None, :] <= self.positions(local_len, device)[:, None]
-
-    def mask(self, local_len: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
-        """`allowed` as an additive mask (0 or -inf) in the attention's dtype, built once and
-        shared by every block and micro-batch: attention saves its mask for the backward,
-        so one tensor instead of one per block per micro-batch (a bool mask would be
-        converted, and the copy saved, in every call)."""
-        key = (local_len, str(device), dtype)
-        if key not in self._masks:
-            allowed = self.allowed(local_len, device)
-            self._masks[key] = torch.zeros(allowed.shape, device=device, dtype=dtype
-                                           ).masked_fill(~allowed, float("-inf"))
-        return self._masks[key]
+    def ends(self, local_len: int) -> tuple[int, int]:
+        """Where this rank's two query chunks end in the sequence (chunks index and
+        2·cp-1-index of local_len / 2 tokens): each attends, causally, to the gathered keys
+        before that end, so no mask is built and the keys after it are never computed on."""
+        half = local_len // 2
+        return (self.index + 1) * half, (2 * self.cp - self.index) * half
 
     def gather(self, x: torch.Tensor) -> torch.Tensor:
         return _Gather.apply(x, self)
