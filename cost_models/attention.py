@@ -32,8 +32,9 @@ __all__ = ["ATTENTION_KERNELS", "FA2_A100", "KERNEL_EFFICIENCY", "PRICED", "TRIT
 ATTENTION_KERNELS = ("", "fa2", "cudnn", "fa3", "te", "triton-fa1")
 """Kernel names a `Framework.attention_kernel` may take; "" prices the core at the GEMM rate;
 "te" is Transformer Engine's DotProductAttention, which runs cuDNN fused attention on Hopper
-and FlashAttention-2 on Ampere (its backend selection prefers cuDNN on sm90; on sm80 cuDNN's
-fused kernel is not the fast path)."""
+and FlashAttention-2 on Ampere: its `get_attention_backend`
+(`transformer_engine/pytorch/attention/dot_product_attention/utils.py`) disables FlashAttention
+"to give FusedAttention preference on Hopper+ for performance reasons" when both can run."""
 
 _H100_BF16_PEAK_TFLOPS = 989.0
 """H100 SXM5 dense 16-bit tensor peak (NVIDIA H100 datasheet), the denominator of the FA3
