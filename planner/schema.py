@@ -9,6 +9,7 @@ micro-batches adding up to the global batch.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
 
@@ -197,6 +198,40 @@ def _bad_count(value: Any) -> bool:
 
 def _check_counts(data: dict[str, Any]) -> None:
     """Raise ValueError naming the first count written as text, a boolean or a fraction."""
+    if any(_bad_count(v) for v in _count_values(data)):
+        _name_bad_count(data)
+
+
+def _count_values(data: dict[str, Any]) -> Iterator[Any]:
+    """The values `_name_bad_count` checks, without building their names (a plan of many
+    ranks is checked on every search candidate)."""
+    yield data.get("global_batch_size")
+    yield data.get("micro_batch_size")
+    yield data.get("virtual_stages")
+    pipes = data.get("pipelines")
+    for pipe in pipes if isinstance(pipes, list) else []:
+        if not isinstance(pipe, dict):
+            continue
+        yield pipe.get("microbatches")
+        stages = pipe.get("stages")
+        for st in stages if isinstance(stages, list) else []:
+            if not isinstance(st, dict):
+                continue
+            yield st.get("tp")
+            yield st.get("ep")
+            yield st.get("cp")
+            for key in ("layers", "ranks"):
+                items = st.get(key)
+                if isinstance(items, list | tuple):
+                    yield from items
+    ranks = data.get("ranks")
+    for r in ranks if isinstance(ranks, list) else []:
+        if isinstance(r, dict):
+            yield r.get("rank")
+            yield r.get("local_rank")
+
+
+def _name_bad_count(data: dict[str, Any]) -> None:
     found: list[tuple[str, Any]] = [(k, data.get(k)) for k in
                                     ("global_batch_size", "micro_batch_size", "virtual_stages")]
     for p, pipe in enumerate(data.get("pipelines") or [] if isinstance(

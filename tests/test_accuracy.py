@@ -50,7 +50,7 @@ _PROFILE_MAPE = {
     ("sailor_measured_plans.csv", "all"): (9.9, 10.4),
     ("torchtitan_a100.csv", "all"): (9.1, 9.6),
     ("torchtitan_h100.csv", "all"): (8.3, 8.8),
-    ("nemo_h100.csv", "all"): (3.1, 3.6),
+    ("nemo_h100.csv", "all"): (4.3, 4.6),  # 9 rows since the cp rows count
     ("llama3_405b.csv", "all"): (5.2, 5.7),
     ("historic_runs.csv", "all"): (8.5, 9.0),
 }

@@ -13,8 +13,9 @@ from cost_models.efficiency import compute_constants
 from cost_models.gemm_shape import GemmShape
 from cost_models.profiles import ProfileSet
 from planner.costing.framework import AMP_DEEPSPEED_MEGATRON, SAILOR_DEEPSPEED, Framework
+from planner.costing.layer_cost import _score_traffic_bytes
 from planner.costing.layer_gemms import _eager_attention_shapes, layer_gemm_factors
-from planner.costing.stage_cost import _score_traffic_bytes, stage_cost
+from planner.costing.stage_cost import stage_cost
 from planner.costing.validation.common import graph_for
 
 OPT = graph_for("opt-350m", precision="fp32")

@@ -14,6 +14,7 @@ shared all-reduce cannot start before the slowest pipeline has drained.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -30,13 +31,13 @@ from planner.costing.plan_check import check_against
 from planner.costing.resolve import resolve_cluster, resolve_model
 from planner.costing.result import Estimate, StageEstimate
 from planner.costing.stage_cost import StageCost, stage_cost, tp_split
-from planner.costing.stage_memory import stage_memory, stage_peak_memory_gib
+from planner.costing.stage_memory import shardable_gib, stage_memory
 from planner.errors import SpecError
 from planner.graph.layers import LayerGraph
 from planner.schema import Plan
 from planner.simulate import StageTiming, simulate
 
-__all__ = ["estimate", "with_prediction"]
+__all__ = ["estimate", "sharding_estimator", "with_prediction"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +68,65 @@ def estimate(model: Any, cluster: Cluster | None, plan: Plan, *,
     `planner.costing.framework`). `capacity_factor`: a mixture-of-experts
     layer's busiest expert carries this many times the balanced load (`cost_models/moe.py`).
     """
+    layout = _layout(model, cluster, plan, profiles, precision, framework, capacity_factor)
+    return _priced(layout, plan, overlap_dp or framework.dp_overlap, framework)
+
+
+def sharding_estimator(model: Any, cluster: Cluster | None, plan: Plan, *,
+                       profiles: ProfileSet | None = None, precision: str | None = None,
+                       overlap_dp: bool = False, framework: Framework = DEFAULT_FRAMEWORK,
+                       capacity_factor: float = DEFAULT_CAPACITY_FACTOR
+                       ) -> Callable[[Plan], Estimate]:
+    """`estimate` (same arguments) for `plan` and its copies at other ZeRO stages or shard
+    fractions (the search's sharding post-pass prices several per plan). The validation,
+    stage costs and p2p of a layout do not depend on `zero`, `zero1` or `shard_fraction`, so
+    they are built once and each copy is priced by the same arithmetic as `estimate` (equal
+    floats); a plan that differs in anything else gets a full `estimate`."""
+    layout = _layout(model, cluster, plan, profiles, precision, framework, capacity_factor)
     overlap_dp = overlap_dp or framework.dp_overlap
+
+    def judge(q: Plan) -> Estimate:
+        if not _same_layout(plan, q):
+            return estimate(model, cluster, q, profiles=profiles, precision=precision,
+                            overlap_dp=overlap_dp, framework=framework,
+                            capacity_factor=capacity_factor)
+        return _priced(layout, q, overlap_dp, framework)
+    return judge
+
+
+_SHARDING_FIELDS = frozenset({"zero", "zero1", "predicted", "pipelines"})
+
+
+def _same_layout(a: Plan, b: Plan) -> bool:
+    """`a` and `b` differ at most in their ZeRO stage and shard fractions."""
+    if a is b:
+        return True
+    da, db = a.__dict__, b.__dict__
+    if any(da[k] is not db[k] and da[k] != db[k] for k in da if k not in _SHARDING_FIELDS):
+        return False
+    return len(a.pipelines) == len(b.pipelines) and all(
+        (x.stages is y.stages or x.stages == y.stages) and x.microbatches == y.microbatches
+        for x, y in zip(a.pipelines, b.pipelines, strict=True))
+
+
+@dataclass(frozen=True, slots=True)
+class _Layout:
+    """What `estimate` derives from a plan's layout alone (not from its ZeRO stage or shard
+    fractions): the plan checked against model and cluster, each device's chunk costs, its
+    merged stage cost and its chunks' timings."""
+
+    graph: LayerGraph
+    precision: str
+    rank_node: dict[int, Node]
+    used_gpus: dict[str, int]
+    latency_s: float
+    devices: list[list[_Device]]
+    merged: list[list[StageCost]]  # per pipeline, per device: its chunks' costs summed
+    chunks: list[tuple[StageTiming, ...]]  # per pipeline, per chunk in layer order
+
+
+def _layout(model: Any, cluster: Cluster | None, plan: Plan, profiles: ProfileSet | None,
+            precision: str | None, framework: Framework, capacity_factor: float) -> _Layout:
     graph, spec_precision = resolve_model(model, plan)
     precision = precision or spec_precision
     cluster = resolve_cluster(cluster, plan)
@@ -81,8 +140,10 @@ def estimate(model: Any, cluster: Cluster | None, plan: Plan, *,
     mb = plan.micro_batch_size
 
     devices: list[list[_Device]] = []
-    pipe_costs: list[list[StageCost]] = []  # per pipeline, chunk costs in layer order
-    sends: list[list[float]] = []
+    timings: list[tuple[StageTiming, ...]] = []
+    # Data-parallel replicas repeat their stages: a stage without ep or cp links costs the same
+    # on every node of its group (stage_cost reads only the group's GPU and link).
+    same: dict[tuple, StageCost] = {}
     for p, pipe in enumerate(plan.pipelines):
         s_count = len(pipe.stages) // v
         costs: list[StageCost] = []
@@ -97,6 +158,11 @@ def estimate(model: Any, cluster: Cluster | None, plan: Plan, *,
                 ep_link = a2a_link([rank_node[plan.pipelines[q].stages[j].ranks[0]]
                                     for q in block], used_gpus, latency_s)
             cp = st.cp or 1
+            key = (st.layers, id(node.group), st.tp, st.recompute)
+            if ep == 1 and cp == 1 and key in same:
+                costs.append(same[key])
+                chunk_nodes.append(node)
+                continue
             cp_link = None
             if cp > 1:  # the same stage of the pipelines of its cp-block (schema.py)
                 block = range(p // cp * cp, p // cp * cp + cp)
@@ -109,25 +175,46 @@ def estimate(model: Any, cluster: Cluster | None, plan: Plan, *,
                 intra_node_link=node.group.intra_node, profiles=profiles, framework=framework,
                 ep=ep, ep_link=ep_link, capacity_factor=capacity_factor, cp=cp,
                 cp_link=cp_link))
+            if ep == 1 and cp == 1:
+                same[key] = costs[-1]
             chunk_nodes.append(node)
-        pipe_costs.append(costs)
-        sends.append([
+        sends = [
             p2p_time_s(costs[j].p2p_bytes, chunk_nodes[j], pipe.stages[j].tp, chunk_nodes[j + 1],
                        latency_s, used_gpus) if j + 1 < len(costs) else 0.0
-            for j in range(len(costs))])
+            for j in range(len(costs))]
         devices.append([
             _Device(p, d, chunk_nodes[d], pipe.stages[d].tp,
                     tuple(range(d, len(costs), s_count)),
                     tuple(costs[j] for j in range(d, len(costs), s_count)),
                     pipe.stages[d].ep or 1, plan.cp(p))
             for d in range(s_count)])
+        timings.append(tuple(_timing(c, j, sends, s_count, framework.p2p_blocking)
+                             for j, c in enumerate(costs)))
+    # Replicas share their StageCost objects (above), so their sums are taken once.
+    sums: dict[tuple[int, ...], StageCost] = {}
+    merged: list[list[StageCost]] = []
+    for devs in devices:
+        row = []
+        for d in devs:
+            key = tuple(map(id, d.costs))
+            if key not in sums:
+                sums[key] = _merged(d.costs)
+            row.append(sums[key])
+        merged.append(row)
+    return _Layout(graph, precision, rank_node, used_gpus, latency_s, devices, merged, timings)
 
-    dp_sync, tied_sync = grad_sync_s(graph, plan, devices, used_gpus, latency_s, framework)
+
+def _priced(layout: _Layout, plan: Plan, overlap_dp: bool, framework: Framework) -> Estimate:
+    """The iteration of `layout` at `plan`'s ZeRO stage and shard fractions."""
+    graph, devices = layout.graph, layout.devices
+    dp_sync, tied_sync = grad_sync_s(graph, plan, devices, layout.used_gpus, layout.latency_s,
+                                     framework)
     sync = [[a + b for a, b in zip(x, y, strict=True)] for x, y in zip(dp_sync, tied_sync,
                                                                       strict=True)]
     n_pipes = len(plan.pipelines)
     zero = plan.zero_stage
     shard = n_pipes if zero else 1
+    v = plan.virtual_stages
     timelines = []
     stage_rows: list[StageEstimate] = []
     problems: list[str] = []
@@ -135,8 +222,6 @@ def estimate(model: Any, cluster: Cluster | None, plan: Plan, *,
     worst_tied = max((t for row in tied_sync for t in row), default=0.0)
     for p, pipe in enumerate(plan.pipelines):
         devs = devices[p]
-        chunks = [_timing(c, j, sends[p], len(devs), framework.p2p_blocking)
-                  for j, c in enumerate(pipe_costs[p])]
         keep = (plan.shard_fractions[p] if plan.pipelines[p].shard_fraction is not None
                 and shard > 1 else None)  # None: even shards, 1 / shard
         opt = [sum(c.optimizer_step_s for c in d.costs) / shard if keep is None
@@ -150,8 +235,8 @@ def estimate(model: Any, cluster: Cluster | None, plan: Plan, *,
                    if overlap_dp or sharded else sync[p][d.index]
                    for d in devs]
         try:
-            tl = _simulate(tuple(chunks), pipe.microbatches, plan.schedule, v, tuple(exposed),
-                           tuple(opt))
+            tl = _simulate(layout.chunks[p], pipe.microbatches, plan.schedule, v,
+                           tuple(exposed), tuple(opt))
         except ValueError as exc:
             raise SpecError("plan", f"pipelines.{p}", str(exc)) from None
         timelines.append(tl)
@@ -160,8 +245,9 @@ def estimate(model: Any, cluster: Cluster | None, plan: Plan, *,
             worst_opt = max(worst_opt, opt[d.index])
             gathered = (_largest_layer_params(graph, plan, d, framework) * 2
                         if zero >= 3 and shard > 1 else 0.0)
-            row, problem = _stage_row(plan, d, tl.max_inflight[d.index], len(devs), shard,
-                                      zero, gathered, keep)
+            row, problem = _stage_row(plan, d, layout.merged[p][d.index],
+                                      tl.max_inflight[d.index], len(devs), shard, zero,
+                                      gathered, keep)
             stage_rows.append(row)
             if problem:
                 problems.append(problem)
@@ -170,8 +256,8 @@ def estimate(model: Any, cluster: Cluster | None, plan: Plan, *,
     # slowest drain plus the longest tail beyond a pipeline's own drain.
     iteration_s = (max(t.pipeline_s for t in timelines)
                    + max(t.makespan_s - t.pipeline_s for t in timelines))
-    return _summarise(graph, precision, plan, rank_node, iteration_s, stage_rows, problems,
-                      timelines, worst_sync, worst_opt, worst_tied)
+    return _summarise(graph, layout.precision, plan, layout.rank_node, iteration_s, stage_rows,
+                      problems, timelines, worst_sync, worst_opt, worst_tied)
 
 
 @lru_cache(maxsize=4096)
@@ -208,35 +294,36 @@ def _largest_layer_params(graph: LayerGraph, plan: Plan, d: _Device,
                default=0.0)
 
 
-def _stage_row(plan: Plan, d: _Device, max_inflight: int, s_count: int,
+def _merged(costs: tuple[StageCost, ...]) -> StageCost:
+    """One device's chunks as one stage cost (sums; the largest recompute transient)."""
+    worst = max(costs, key=lambda c: c.recompute_transient_bytes)  # its backward peaks
+    return StageCost(
+        fwd_s=sum(c.fwd_s for c in costs), bwd_s=sum(c.bwd_s for c in costs),
+        bwd_weight_s=sum(c.bwd_weight_s for c in costs),
+        params_per_gpu=sum(c.params_per_gpu for c in costs),
+        static_bytes_per_gpu=sum(c.static_bytes_per_gpu for c in costs),
+        optimizer_bytes_per_gpu=sum(c.optimizer_bytes_per_gpu for c in costs),
+        activation_bytes_per_microbatch=sum(c.activation_bytes_per_microbatch for c in costs),
+        p2p_bytes=costs[-1].p2p_bytes,
+        optimizer_step_s=sum(c.optimizer_step_s for c in costs),
+        recompute_transient_bytes=worst.recompute_transient_bytes,
+        recompute_s=sum(c.recompute_s for c in costs),
+        expert_optimizer_bytes_per_gpu=sum(c.expert_optimizer_bytes_per_gpu for c in costs),
+        context_activation_bytes_per_microbatch=sum(
+            c.context_activation_bytes_per_microbatch for c in costs),
+        context_transient_bytes=worst.context_transient_bytes)
+
+
+def _stage_row(plan: Plan, d: _Device, merged: StageCost, max_inflight: int, s_count: int,
                shard: int, zero: int = 1, gathered: float = 0.0,
                keep: float | None = None) -> tuple[StageEstimate, str | None]:
     v = plan.virtual_stages
     pipe = plan.pipelines[d.pipeline]
     inflight = (max_inflight / v if max_inflight else
                 inflight_microbatches(plan.schedule, s_count, d.index, pipe.microbatches, v))
-    worst = max(d.costs, key=lambda c: c.recompute_transient_bytes)  # its backward peaks
-    merged = StageCost(
-        fwd_s=sum(c.fwd_s for c in d.costs), bwd_s=sum(c.bwd_s for c in d.costs),
-        bwd_weight_s=sum(c.bwd_weight_s for c in d.costs),
-        params_per_gpu=sum(c.params_per_gpu for c in d.costs),
-        static_bytes_per_gpu=sum(c.static_bytes_per_gpu for c in d.costs),
-        optimizer_bytes_per_gpu=sum(c.optimizer_bytes_per_gpu for c in d.costs),
-        activation_bytes_per_microbatch=sum(c.activation_bytes_per_microbatch for c in d.costs),
-        p2p_bytes=d.costs[-1].p2p_bytes,
-        optimizer_step_s=sum(c.optimizer_step_s for c in d.costs),
-        recompute_transient_bytes=worst.recompute_transient_bytes,
-        recompute_s=sum(c.recompute_s for c in d.costs),
-        expert_optimizer_bytes_per_gpu=sum(c.expert_optimizer_bytes_per_gpu for c in d.costs),
-        context_activation_bytes_per_microbatch=sum(
-            c.context_activation_bytes_per_microbatch for c in d.costs),
-        context_transient_bytes=worst.context_transient_bytes)
     memory = stage_memory(merged, inflight, shard, zero, gathered, ep=d.ep, fraction=keep)
     peak = memory.total_gib
-    sharded = (2 * (stage_peak_memory_gib(merged, inflight, shard, zero, gathered, ep=d.ep,
-                                          fraction=1.0)
-                    - stage_peak_memory_gib(merged, inflight, shard, zero, gathered, ep=d.ep,
-                                            fraction=0.5)) if shard > 1 else 0.0)
+    sharded = shardable_gib(merged, zero, d.ep) if shard > 1 else 0.0
     gpu = d.node.group.gpu
     stages = pipe.stages
     first, last = stages[d.chunks[0]], stages[d.chunks[-1]]

@@ -84,14 +84,16 @@ def layer_costs(layer: Layer, graph: LayerGraph, gpu: GpuSpec, tp: int, mb: int,
     # The attention core at its kernel's own published rate (cost_models/attention.py).
     attn_scale = attention_scale_on(fw.attention_kernel, gpu, precision)
     skipped = (1.0 - share) * layer.fwd_attention_flops
+    score_fwd, score_bwd = _score_traffic_bytes(layer, graph, fw)
     work = LayerWork(
         fwd_matmul_flops=b * (layer.fwd_matmul_flops - skipped + extra) / ts,
         bwd_act_matmul_flops=b * (layer.bwd_act_flops * mm_frac - 2 * skipped + extra) / ts,
         bwd_weight_matmul_flops=b * (layer.bwd_weight_flops * mm_frac + extra) / ts,
-        fwd_memory_bytes=b * layer.fwd_memory_bytes * mem_share,
+        fwd_memory_bytes=b * (layer.fwd_memory_bytes * mem_share + score_fwd / ts),
+        bwd_memory_bytes=b * (2 * layer.fwd_memory_bytes * mem_share + score_bwd / ts),
         gemm_width=max(width, 1.0),
         gemm_scale=layer_gemm_factors(
-            layer, graph.seq_len, gpu, precision, ts, b, share,
+            layer, graph.seq_len, gpu, precision, ts, b, share, fw.eager_attention_gemms,
             attention_scale=attn_scale if precision != "fp8" else (1.0, 1.0)),
         kernels_fwd=_KERNELS.get(layer.kind, KERNELS_PER_BLOCK_FWD),
     )
@@ -270,6 +272,19 @@ def _attention_probs_bytes(layer: Layer, graph: LayerGraph, fw: Framework) -> fl
     per_element = graph.dtype_bytes * (2 if fw.attention_dropout else 1)
     per_element += 1 if fw.attention_dropout else 0
     return layer.tp_dims[0] * graph.seq_len ** 2 * per_element
+
+
+def _score_traffic_bytes(layer: Layer, graph: LayerGraph, fw: Framework) -> tuple[float, float]:
+    """(forward, backward) HBM bytes per sequence that an eager attention's elementwise kernels
+    move over the s×s scores (`Framework.score_passes`), beyond the graph's flash traffic."""
+    if (not fw.keeps_attention_probs or not any(fw.score_passes) or layer.kind != "block"
+            or not layer.tp_dims):
+        return 0.0, 0.0
+    elements = layer.tp_dims[0] * graph.seq_len ** 2
+    mask = 1.0 if fw.attention_dropout else 0.0
+    fwd_passes, bwd_passes = fw.score_passes
+    return (elements * (fwd_passes * graph.dtype_bytes + mask),
+            elements * (bwd_passes * graph.dtype_bytes + mask))
 
 
 _NO_PROFILES = ProfileSet()

@@ -9,7 +9,7 @@ from cost_models.memory import FRAMEWORK_OVERHEAD_GIB, GIB
 from planner.costing.result import StageMemory
 from planner.costing.stage_cost import StageCost
 
-__all__ = ["stage_memory", "stage_peak_memory_gib"]
+__all__ = ["shardable_gib", "stage_memory", "stage_peak_memory_gib"]
 
 
 def stage_peak_memory_gib(cost: StageCost, inflight_microbatches: float,
@@ -60,3 +60,23 @@ def stage_memory(cost: StageCost, inflight_microbatches: float, zero1_dp: int = 
         other_gib=(cost.recompute_transient_bytes - ctx_transient) / GIB
         + FRAMEWORK_OVERHEAD_GIB,
         context_gib=(ctx_act * inflight_microbatches + ctx_transient) / GIB)
+
+
+def shardable_gib(cost: StageCost, zero: int, ep: int = 1) -> float:
+    """GiB of one GPU's state that ZeRO stage `zero` shards, before sharding: the slope of its
+    peak in its shard fraction f (peak = the rest + f × this), read from the parts
+    `stage_memory` sums. Optimizer state always (the routed experts' part counted ep times:
+    their state is split over the DP / ep expert-data-parallel group, so an f share holds
+    f × ep of this GPU's expert state, up to all of it at f = 1 / ep), gradients from ZeRO-2,
+    weights from ZeRO-3. 0 without ZeRO."""
+    if zero < 1:
+        return 0.0
+    opt = cost.optimizer_bytes_per_gpu
+    expert_opt = cost.expert_optimizer_bytes_per_gpu
+    half = (cost.static_bytes_per_gpu - opt) / 2  # weights, and gradients (stage_memory)
+    state = (opt - expert_opt) + expert_opt * max(ep, 1)
+    if zero >= 2:
+        state += half
+    if zero >= 3:
+        state += half
+    return state / GIB

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from cost_models.profiles import ProfileSet
-from planner.costing.estimate import estimate, with_prediction
+from planner.costing.estimate import sharding_estimator, with_prediction
 from planner.costing.framework import DEFAULT_FRAMEWORK, FRAMEWORKS, Framework
 from planner.costing.resolve import resolve_cluster, resolve_model
 from planner.costing.result import Estimate
@@ -229,7 +229,7 @@ def plan(model: Any, cluster: Any, *, global_batch_size: int | None = None,
         # ZeRO-2/3 prices as sharded: a tied model is searched up to ZeRO-1.
         max_zero = min(framework.max_zero, 1) if tied else framework.max_zero
         try:
-            found = best_sharding(p, lambda q: estimate(graph, cluster, q, profiles=profiles,
+            found = best_sharding(p, sharding_estimator(graph, cluster, p, profiles=profiles,
                                                         framework=framework), max_zero)
         except HetplanError:
             return None  # a refinement move the estimate's rules refuse (e.g. Megatron's)

@@ -37,14 +37,13 @@ def _fsdp_runs(plan: Plan) -> bool:
 
 
 def _with(plan: Plan, zero: int, fractions: tuple[float, ...] | None = None) -> Plan:
-    data = plan.to_dict()
-    data["zero"], data["zero1"] = zero, zero >= 1
-    data.pop("predicted", None)
-    for i, pipe in enumerate(data["pipelines"]):
-        pipe.pop("shard_fraction", None)
-        if fractions is not None:
-            pipe["shard_fraction"] = fractions[i]
-    return Plan.model_validate(data)
+    # A copy, not a re-validation: only the ZeRO stage and the fractions change, and both are
+    # valid by construction (0-3; on every pipeline, each in (0, 1], summing to 1).
+    pipes = tuple(pipe.model_copy(update={
+        "shard_fraction": None if fractions is None else fractions[i]})
+        for i, pipe in enumerate(plan.pipelines))
+    return plan.model_copy(update={"zero": zero, "zero1": zero >= 1, "predicted": None,
+                                   "pipelines": pipes})
 
 
 def sharding_variants(plan: Plan, max_zero: int = 3) -> list[Plan]:
@@ -84,21 +83,57 @@ def cephalo_fractions(plan: Plan, est: Estimate) -> tuple[float, ...] | None:
     return tuple(rounded)
 
 
-def best_sharding(plan: Plan, cost: Callable[[Plan], Estimate],
-                  max_zero: int = 3) -> tuple[Plan, Estimate] | None:
+def _step_matters(est: Estimate) -> bool:
+    """Every device's optimizer step is far above the float resolution of the iteration time,
+    so a device whose step shrinks finishes strictly earlier (see `best_sharding`)."""
+    steps = [s for tl in est.timeline for s in tl.optimizer_s]
+    return bool(steps) and min(steps) > 1e-9 * est.iteration_time_s
+
+
+def best_sharding(plan: Plan, cost: Callable[[Plan], Estimate], max_zero: int = 3,
+                  exhaustive: bool = False) -> tuple[Plan, Estimate] | None:
     """The estimate-best feasible variant of `plan` (`cost` is `estimate` bound to the model
-    and cluster; ZeRO stages up to `max_zero`), or None when no variant fits."""
+    and cluster; ZeRO stages up to `max_zero`), or None when no variant fits.
+
+    Two variants are skipped, never the best one (`exhaustive` prices them anyway; the tests
+    check both ways agree). Same layout and fractions, the estimate's iteration time is
+    monotone in each device's exposed DP traffic and optimizer step (the simulator adds them
+    after the device's last backward), and memory falls from ZeRO-0 to -1 to -2:
+    - ZeRO-0 against ZeRO-1 (even): more DP bytes per parameter (4 against 3), the whole
+      optimizer step instead of 1 / pipelines of it, more memory. With every step well above
+      float resolution ZeRO-0 is strictly slower, so it cannot win once ZeRO-1 fits.
+    - ZeRO-3 against ZeRO-2: more DP bytes (m · (4 + 2w) / 2 against (4m + w) / 2 for m
+      micro-batches and w-byte weights), both hidden behind the same compute, the same step;
+      never faster, and a tie goes to the lower stage, so it can win only when ZeRO-2 does not
+      fit."""
     best: tuple[tuple, Plan, Estimate] | None = None
+    fitting: dict[tuple[int, tuple | None], Estimate] = {}  # (zero, fractions) -> estimate
 
     def offer(p: Plan, est: Estimate) -> None:
         nonlocal best
         if not est.feasible:
             return
+        fitting[(p.zero_stage, p.shard_fractions if p.pipelines[0].shard_fraction is not None
+                 else None)] = est
         key = (est.iteration_time_s, p.zero_stage, p.pipelines[0].shard_fraction is not None)
         if best is None or key < best[0]:
             best = (key, p, est)
 
-    for p in sharding_variants(plan, max_zero):
+    def dominated(p: Plan) -> bool:
+        if exhaustive or p.pipelines[0].shard_fraction is not None:
+            return False
+        if p.zero_stage == 0:
+            z1 = fitting.get((1, None))
+            return z1 is not None and _step_matters(z1)
+        return p.zero_stage == 3 and (2, None) in fitting
+
+    variants = sharding_variants(plan, max_zero)
+    # The plan itself first (its estimate also serves a caller's validation), then the stages
+    # the skips above are judged against (1, 2) before those they skip (0, 3).
+    order = variants[:1] + sorted(variants[1:], key=lambda q: q.zero_stage in (0, 3))
+    for p in order:
+        if p is not order[0] and dominated(p):
+            continue
         est = cost(p)
         offer(p, est)
         if p.zero_stage >= 1 and not _identical(p):
