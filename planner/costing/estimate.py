@@ -32,6 +32,7 @@ from planner.costing.resolve import resolve_cluster, resolve_model
 from planner.costing.result import Estimate, StageEstimate
 from planner.costing.stage_cost import StageCost, stage_cost, tp_split
 from planner.costing.stage_memory import shardable_gib, stage_memory
+from planner.costing.zero_runs import priced_zero_stages
 from planner.errors import SpecError
 from planner.graph.layers import LayerGraph
 from planner.schema import Plan
@@ -207,8 +208,14 @@ def _layout(model: Any, cluster: Cluster | None, plan: Plan, profiles: ProfileSe
 def _priced(layout: _Layout, plan: Plan, overlap_dp: bool, framework: Framework) -> Estimate:
     """The iteration of `layout` at `plan`'s ZeRO stage and shard fractions."""
     graph, devices = layout.graph, layout.devices
-    dp_sync, tied_sync = grad_sync_s(graph, plan, devices, layout.used_gpus, layout.latency_s,
-                                     framework)
+    # The ZeRO stage each stage runs at (zero_runs.py): hetplan's runtime keeps ZeRO-1's
+    # whole gradients and weights where FSDP2 cannot shard; a plan downgraded on every stage
+    # also moves ZeRO-1's bytes.
+    levels = priced_zero_stages(plan, graph, framework)
+    sync_plan = (plan if any(z == plan.zero_stage for row in levels for z in row)
+                 else plan.model_copy(update={"zero": 1}))
+    dp_sync, tied_sync = grad_sync_s(graph, sync_plan, devices, layout.used_gpus,
+                                     layout.latency_s, framework)
     sync = [[a + b for a, b in zip(x, y, strict=True)] for x, y in zip(dp_sync, tied_sync,
                                                                       strict=True)]
     n_pipes = len(plan.pipelines)
@@ -229,10 +236,11 @@ def _priced(layout: _Layout, plan: Plan, overlap_dp: bool, framework: Framework)
         # ZeRO-3 prefetches each layer's gather during the previous layer's compute, and
         # ZeRO-2/3 reduce-scatter each micro-batch's gradients as its backward runs (FSDP2,
         # DeepSpeed): their traffic hides behind the device's whole compute.
-        sharded = zero >= 2 and shard > 1
+        zd = [min(levels[p][j] for j in d.chunks) for d in devs]
+        sharded = [z >= 2 and shard > 1 for z in zd]
         exposed = [max(0.0, sync[p][d.index] - sum(c.fwd_s + c.bwd_s for c in d.costs)
-                       * (pipe.microbatches if sharded else 1))
-                   if overlap_dp or sharded else sync[p][d.index]
+                       * (pipe.microbatches if sharded[d.index] else 1))
+                   if overlap_dp or sharded[d.index] else sync[p][d.index]
                    for d in devs]
         try:
             tl = _simulate(layout.chunks[p], pipe.microbatches, plan.schedule, v,
@@ -244,10 +252,10 @@ def _priced(layout: _Layout, plan: Plan, overlap_dp: bool, framework: Framework)
             worst_sync = max(worst_sync, exposed[d.index])
             worst_opt = max(worst_opt, opt[d.index])
             gathered = (_largest_layer_params(graph, plan, d, framework) * 2
-                        if zero >= 3 and shard > 1 else 0.0)
+                        if zd[d.index] >= 3 and shard > 1 else 0.0)
             row, problem = _stage_row(plan, d, layout.merged[p][d.index],
-                                      tl.max_inflight[d.index], len(devs), shard, zero,
-                                      gathered, keep)
+                                      tl.max_inflight[d.index], len(devs), shard,
+                                      zd[d.index], gathered, keep)
             stage_rows.append(row)
             if problem:
                 problems.append(problem)

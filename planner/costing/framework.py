@@ -132,6 +132,11 @@ class Framework:
     before attention, blocking, each query chunk attending causally to the keys before its
     end (no mask: the causal share of the work, as the ring) and the gathered gradient
     all-reduced."""
+    zero_beyond_fsdp_runs_as_zero1: bool = True
+    """ZeRO-2/3 shard weights and gradients only where FSDP2 can cut them evenly (hetplan's
+    runtime, `planner/costing/zero_runs.py`); elsewhere gradients and weights stay whole
+    through the backward, as at ZeRO-1. False: the stack shards every stage at the plan's
+    ZeRO stage by its own rules (Megatron, torchtitan, DeepSpeed)."""
     max_zero: int = 3
     """The highest ZeRO stage the stack runs alongside its pipeline schedule (the search tries
     no higher): Megatron-LM's distributed optimizer and DeepSpeed's pipeline engine shard
@@ -230,7 +235,7 @@ HETPLAN_RUNTIME = Framework(
 
 MEGATRON_CORE = Framework(
     attention_kernel="te",
-    cp_ring_overlap=True,
+    cp_ring_overlap=True, zero_beyond_fsdp_runs_as_zero1=False,
     max_zero=1,
     name="megatron", pads_vocab=True, tied_grad_pairs=True, host_dispatch_overlapped=True,
     dp_overlap=True, tp_comm_overlap=True, fused_kernels=True,
@@ -257,7 +262,7 @@ this way), for teams that plan with hetplan and launch Megatron themselves; `het
 always runs hetplan's runtime."""
 
 TORCHTITAN = Framework(
-    cp_ring_overlap=True,
+    cp_ring_overlap=True, zero_beyond_fsdp_runs_as_zero1=False,
     name="torchtitan", host_dispatch_overlapped=True, dp_overlap=True,
     fp8="torchao Float8Linear (dynamic scaling) on the block linears; needs torch.compile",
     sources=(
@@ -275,7 +280,7 @@ policies are per-run options (`planner.costing.validation.large_runs.torchtitan_
 
 DEEPSPEED = Framework(
     attention_kernel="",
-    max_zero=1,
+    max_zero=1, zero_beyond_fsdp_runs_as_zero1=False,
     name="deepspeed", attention_flops_share=1.0, pads_vocab=True, tied_grad_pairs=True,
     p2p_blocking=True,
     sources=(

@@ -154,8 +154,8 @@ def _zero_notes(plan: Plan, fsdp: dict, n_elements: int) -> list[str]:
         whole = "; weights whole" if plan.zero_stage == 3 else ""
         return [f"zero {plan.zero_stage}: {rest} of {n_elements} chain elements run ZeRO-2 on "
                 "the runtime's slices: gradients reduce-scattered once, after the step's last "
-                "backward, so they are held whole through the backward, where estimate prices "
-                f"them sharded{whole} ({why})"]
+                "backward, so they are held whole through the backward (estimate prices "
+                f"those stages at ZeRO-1's memory){whole} ({why})"]
     return [f"zero {plan.zero_stage}: {rest} of {n_elements} chain elements run at ZeRO-1 "
             f"(optimizer state sharded, gradients and weights whole): {why}"]
 

@@ -32,53 +32,9 @@ import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh
 
-from planner.runtime.stage import ParamKey
-from planner.runtime.topology import element_holders
-from planner.schema import Plan
+from planner.runtime.fsdp_layout import FsdpLayout, fsdp_layout
 
 __all__ = ["FsdpLayout", "fsdp_layout", "fsdp_mesh", "shard_elements"]
-
-FsdpLayout = dict[int, tuple[tuple[int, ...], ...]]
-"""Chain element → its replicas' TP groups (plan ranks), for every element FSDP2 shards."""
-
-
-def _group_elements(plan: Plan) -> dict[tuple[int, ...], set[int]]:
-    out: dict[tuple[int, ...], set[int]] = {}
-    for pipe in plan.pipelines:
-        for st in pipe.stages:
-            out.setdefault(tuple(sorted(st.ranks)), set()).update(range(*st.layers))
-    return out
-
-
-def fsdp_layout(plan: Plan, elements: dict[ParamKey, tuple[int, ...]]) -> FsdpLayout:
-    """The elements FSDP2 shards under this plan (the same answer on every rank)."""
-    if (plan.zero_stage < 2 or len(plan.pipelines) < 2 or _uneven(plan)
-            or any((st.cp or 1) > 1 for pipe in plan.pipelines for st in pipe.stages)):
-        # Context-parallel blocks reduce gradients over dp·cp with their own loss scaling
-        # (context.py); FSDP2's mean over its group would not match it: ZeRO-1 there.
-        return {}
-    tied = {e for elems in elements.values() if len(elems) > 1 for e in elems}
-    expert = {e for pipe in plan.pipelines for st in pipe.stages if (st.ep or 1) > 1
-              for e in range(*st.layers)}
-    held = _group_elements(plan)
-    out: FsdpLayout = {}
-    for elems in held.values():
-        replicas = {element_holders(plan, e) for e in elems}
-        if len(replicas) != 1:
-            continue
-        (reps,) = replicas
-        if (len(reps) < 2 or len({len(g) for g in reps}) != 1
-                or any(held[g] != elems for g in reps)):
-            continue
-        for e in elems - tied - expert:
-            out[e] = reps
-    return out
-
-
-def _uneven(plan: Plan) -> bool:
-    fractions = [p.shard_fraction for p in plan.pipelines]
-    return any(f is not None and abs(f - 1 / len(fractions)) > 1e-12 for f in fractions)
-
 
 def _dp_group(reps: tuple[tuple[int, ...], ...], tp_index: int) -> tuple[int, ...]:
     return tuple(sorted(g[tp_index] for g in reps))

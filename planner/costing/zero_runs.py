@@ -1,0 +1,39 @@
+"""The ZeRO stage each stage of a plan is priced at: the stage hetplan's runtime really runs.
+
+hetplan's runtime runs ZeRO-2/3 with FSDP2 only on the chain elements it can shard evenly
+(`planner/runtime/fsdp_layout.py`: identical replicas, even shards, no expert- or
+context-parallel stage, no weight tied across elements). Every other element stays on the
+runtime's own slices (`runtime/zero.py`), which reduce-scatter gradients once, after the step's
+last backward: weights and gradients are whole through the backward and the reduction is not
+hidden behind it, which is ZeRO-1's peak and exposure (`runtime/engine.py` notes it at run
+time). A stage priced below the plan's ZeRO stage is therefore priced at ZeRO-1, so `estimate`
+never calls a plan fitting that the runtime would hold more memory for. Stacks that shard by
+their own rules (`Framework.zero_beyond_fsdp_runs_as_zero1` False) keep the plan's stage.
+"""
+
+from __future__ import annotations
+
+from planner.costing.framework import Framework
+from planner.graph.layers import LayerGraph
+from planner.runtime.fsdp_layout import fsdp_layout
+from planner.schema import Plan
+
+__all__ = ["priced_zero_stages"]
+
+
+def _tied_elements(graph: LayerGraph) -> dict[int, tuple[int, int]]:
+    """Each tied weight (keyed by its user layer) → the two layers holding a copy."""
+    return {li: (layer.tied_to, li) for li, layer in enumerate(graph.layers)
+            if layer.tied_params > 0 and 0 <= layer.tied_to < li}
+
+
+def priced_zero_stages(plan: Plan, graph: LayerGraph,
+                       framework: Framework) -> tuple[tuple[int, ...], ...]:
+    """Per pipeline, per stage: the ZeRO stage its memory and gradient exposure are priced at."""
+    zero = plan.zero_stage
+    levels = tuple(tuple(zero for _ in pipe.stages) for pipe in plan.pipelines)
+    if zero < 2 or len(plan.pipelines) < 2 or not framework.zero_beyond_fsdp_runs_as_zero1:
+        return levels
+    on_fsdp = fsdp_layout(plan, _tied_elements(graph))
+    return tuple(tuple(zero if all(e in on_fsdp for e in range(*st.layers)) else 1
+                       for st in pipe.stages) for pipe in plan.pipelines)

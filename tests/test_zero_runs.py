@@ -1,0 +1,74 @@
+"""`estimate` prices each stage at the ZeRO stage hetplan's runtime runs there
+(planner/costing/zero_runs.py): FSDP2's even shards where the runtime shards with FSDP2, ZeRO-1's
+whole gradients and weights on the runtime's own slices (replicas of different shapes, uneven
+fractions, experts, context parallelism, tied weights)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from planner.costing.framework import DEFAULT_FRAMEWORK, TORCHTITAN
+from planner.costing.resolve import resolve_model
+from planner.costing.zero_runs import priced_zero_stages
+from planner.graph.load_spec import load_model_spec
+from planner.schema import Plan
+from tests.test_runtime_plans import priced_on_one_node, stage
+from tests.test_runtime_zero2 import _MIXED, _plan
+
+_SAME = [
+    {"microbatches": 2, "stages": [stage(0, 3, [0, 1]), stage(3, 6, [2, 3])]},
+    {"microbatches": 2, "stages": [stage(0, 3, [4, 5]), stage(3, 6, [6, 7])]},
+]
+
+
+def _llama(pipes, zero: int, fractions=None) -> Plan:
+    return _plan(pipes, zero, fractions, model=load_model_spec("tiny-llama").model_dump(
+        mode="json"))
+
+
+def _memory(plan: Plan):
+    return [(r.pipeline, r.stage, r.memory) for r in priced_on_one_node(plan)[1].stages]
+
+
+def test_mixed_replicas_at_zero_2_and_3_are_priced_as_zero_1() -> None:
+    """Replicas of different shapes run on the slices: their peak is ZeRO-1's, stage by stage
+    and part by part, at ZeRO 2 and 3 alike (the runtime runs a ZeRO-3 plan there as ZeRO-2
+    on slices, weights whole)."""
+    one = _memory(_llama(_MIXED, 1))
+    for zero in (2, 3):
+        plan = _llama(_MIXED, zero)
+        assert priced_zero_stages(plan, plan_graph(plan), DEFAULT_FRAMEWORK) == ((1, 1), (1, 1))
+        assert _memory(plan) == one
+
+
+def test_identical_replicas_keep_their_zero_stage() -> None:
+    """Identical replicas run FSDP2: ZeRO-2 sheds gradients, ZeRO-3 shards weights too."""
+    levels = {z: _memory(_llama(_SAME, z)) for z in (1, 2, 3)}
+    for (_, _, m1), (_, _, m2), (_, _, m3) in zip(levels[1], levels[2], levels[3], strict=True):
+        assert m2.gradients_gib < m1.gradients_gib and m2.weights_gib == m1.weights_gib
+        # ZeRO-3: a shard of the weights plus the largest layer gathered whole (tiny layers:
+        # more than ZeRO-2's whole weights here), so only that it is priced apart is checked.
+        assert m3.weights_gib != m2.weights_gib
+    plan = _llama(_SAME, 3)
+    assert priced_zero_stages(plan, plan_graph(plan), DEFAULT_FRAMEWORK) == ((3, 3), (3, 3))
+
+
+def test_uneven_fractions_and_tied_weights_leave_fsdp() -> None:
+    plan = _llama(_SAME, 2, (0.75, 0.25))  # Cephalo shards: the slices
+    assert priced_zero_stages(plan, plan_graph(plan), DEFAULT_FRAMEWORK) == ((1, 1), (1, 1))
+    gpt = _plan(_SAME, 3, model=load_model_spec("tiny").model_dump(mode="json"))
+    graph = plan_graph(gpt)
+    assert any(layer.tied_params for layer in graph.layers)
+    # The stages holding the tied embedding and head run on the slices.
+    assert priced_zero_stages(gpt, graph, DEFAULT_FRAMEWORK) == ((1, 1), (1, 1))
+
+
+def test_stacks_that_shard_everything_keep_the_plan_stage() -> None:
+    plan = _llama(_MIXED, 3)
+    assert priced_zero_stages(plan, plan_graph(plan), TORCHTITAN) == ((3, 3), (3, 3))
+    custom = dataclasses.replace(DEFAULT_FRAMEWORK, zero_beyond_fsdp_runs_as_zero1=False)
+    assert priced_zero_stages(plan, plan_graph(plan), custom) == ((3, 3), (3, 3))
+
+
+def plan_graph(plan: Plan):
+    return resolve_model(None, plan)[0]
