@@ -72,3 +72,23 @@ def test_stacks_that_shard_everything_keep_the_plan_stage() -> None:
 
 def plan_graph(plan: Plan):
     return resolve_model(None, plan)[0]
+
+
+def test_estimate_cli_says_which_stages_are_priced_at_zero_1(tmp_path, capsys) -> None:
+    import json
+
+    import yaml
+
+    from tests.cli import run_cli
+
+    data, _ = priced_on_one_node(_llama(_MIXED, 3))
+    (tmp_path / "plan.json").write_text(json.dumps(data))
+    (tmp_path / "one-node.yaml").write_text(yaml.safe_dump({"name": "one-node", "nodes": [
+        {"name": "cpu", "count": 1, "gpu": "A100-SXM4-80GB", "gpus_per_node": 8,
+         "intra_node": "nvlink", "inter_node_gbps": 100}]}))
+    args = ["estimate", str(tmp_path / "plan.json"), str(tmp_path / "one-node.yaml")]
+    code, out, _ = run_cli(args, capsys)
+    assert code == 0
+    assert "zero 3: 4 of 4 stages priced at ZeRO-1's memory" in " ".join(out.split())
+    code, out, _ = run_cli([*args, "--json"], capsys)
+    assert code == 0 and json.loads(out)["zero_priced"] == [[1, 1], [1, 1]]

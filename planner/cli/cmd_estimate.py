@@ -157,6 +157,7 @@ def estimate(
     """
     from planner.costing import estimate as run_estimate
     from planner.costing.framework import framework_named
+    from planner.costing.zero_runs import priced_zero_stages, zero_downgrade_note
     from planner.report.plan_view import batch_record
 
     if capacity_factor < 1.0:
@@ -202,9 +203,15 @@ def estimate(
         if (plan.model or {}).get("num_experts"):
             record["moe"] = {"capacity_factor": capacity_factor, "routing": "balanced on "
                              "average; busiest expert at capacity_factor × the mean load"}
+        zero_note = zero_downgrade_note(plan, graph, fw)
+        if zero_note:
+            record["zero_priced"] = [list(r) for r in priced_zero_stages(plan, graph, fw)]
         print_json(record)
     else:
         _print(est, title, plan, capacity_factor, graph.seq_len, fw.cp_ring_overlap)
+        zero_note = zero_downgrade_note(plan, graph, fw)
+        if zero_note:
+            console.print(f"note: {zero_note}")
     if not est.feasible:
         raise typer.Exit(EXIT_INFEASIBLE)
 

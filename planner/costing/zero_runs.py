@@ -18,7 +18,7 @@ from planner.graph.layers import LayerGraph
 from planner.runtime.fsdp_layout import fsdp_layout
 from planner.schema import Plan
 
-__all__ = ["priced_zero_stages"]
+__all__ = ["priced_zero_stages", "zero_downgrade_note"]
 
 
 def _tied_elements(graph: LayerGraph) -> dict[int, tuple[int, int]]:
@@ -37,3 +37,16 @@ def priced_zero_stages(plan: Plan, graph: LayerGraph,
     on_fsdp = fsdp_layout(plan, _tied_elements(graph))
     return tuple(tuple(zero if all(e in on_fsdp for e in range(*st.layers)) else 1
                        for st in pipe.stages) for pipe in plan.pipelines)
+
+
+def zero_downgrade_note(plan: Plan, graph: LayerGraph, framework: Framework) -> str | None:
+    """One line for `estimate` when some stages are priced below the plan's ZeRO stage."""
+    levels = priced_zero_stages(plan, graph, framework)
+    flat = [z for row in levels for z in row]
+    low = sum(z < plan.zero_stage for z in flat)
+    if not low:
+        return None
+    return (f"zero {plan.zero_stage}: {low} of {len(flat)} stages priced at ZeRO-1's memory: "
+            "hetplan's runtime shards them on its own slices, which hold gradients and weights "
+            "whole through the backward (FSDP2 needs identical replicas, even shards, no "
+            "expert- or context-parallel stage and no tied weight)")
