@@ -68,7 +68,7 @@ _CONSTANTS: dict[str, ComputeConstants] = {
                                "tensor: volta's; fp32: sailor Titan-RTX / RTX-2080 TP1 layers"),
     "ampere": ComputeConstants(0.63, 0.74, 0.70, 0.70, _KERNEL_S,
                                "bf16: torchtitan A100, BLOOM, MT-NLG; tf32: sailor A100 / 3090"),
-    "ada": ComputeConstants(0.63, 0.40, 0.70, 0.70, _KERNEL_S,
+    "ada": ComputeConstants(0.63, 0.74, 0.70, 0.70, _KERNEL_S,
                             "no public training data: ampere's values"),
     # fp8 (0.48 of the fp8 peak): fitted on nemo_h100.csv's 7 rows priced with the megatron
     # record (0.46 / 0.48 / 0.50 / 0.55 -> MAPE 3.8 / 3.0 / 4.5 / 11.8 %); fp8 GEMMs reach a
@@ -76,7 +76,7 @@ _CONSTANTS: dict[str, ComputeConstants] = {
     "hopper": ComputeConstants(0.62, 0.50, 0.70, 0.70, _KERNEL_S,
                                "bf16: torchtitan H100, Llama 3 405B; tf32: sailor GH-96 TP1; "
                                "fp8: NeMo H100", fp8_eff=0.48),
-    "blackwell": ComputeConstants(0.62, 0.26, 0.70, 0.70, _KERNEL_S,
+    "blackwell": ComputeConstants(0.62, 0.50, 0.70, 0.70, _KERNEL_S,
                                   "no public training data: hopper's values", fp8_eff=0.48),
     "cdna2": ComputeConstants(0.40, 0.26, 0.60, 0.65, _KERNEL_S,
                               "no public training data: a guess below hopper"),
@@ -84,6 +84,7 @@ _CONSTANTS: dict[str, ComputeConstants] = {
                               "no public training data: a guess below hopper"),
 }
 
+# "ampere's values" / "hopper's values" above must stay equal to them (a test checks).
 _DEFAULT = ComputeConstants(0.40, 0.26, 0.60, 0.65, _KERNEL_S,
                             "unknown generation: a conservative default")
 
