@@ -92,3 +92,43 @@ def test_estimate_cli_says_which_stages_are_priced_at_zero_1(tmp_path, capsys) -
     assert "zero 3: 4 of 4 stages priced at ZeRO-1's memory" in " ".join(out.split())
     code, out, _ = run_cli([*args, "--json"], capsys)
     assert code == 0 and json.loads(out)["zero_priced"] == [[1, 1], [1, 1]]
+
+
+def test_a_mesh_out_of_rank_order_stays_off_fsdp() -> None:
+    """TP groups (0, 5) and (1, 4): their second column runs 5 then 4, which DeviceMesh cannot
+    take (`runtime/fsdp.py` fsdp_mesh returns None and those layers stay on the slices)."""
+    pipes = [
+        {"microbatches": 2, "stages": [stage(0, 3, [0, 5]), stage(3, 6, [2, 3])]},
+        {"microbatches": 2, "stages": [stage(0, 3, [1, 4]), stage(3, 6, [6, 7])]},
+    ]
+    plan = _llama(pipes, 3)
+    assert priced_zero_stages(plan, plan_graph(plan), DEFAULT_FRAMEWORK) == ((1, 3), (1, 3))
+
+
+def test_stages_on_the_slices_move_zero_1_bytes_in_a_mixed_plan() -> None:
+    """Stage 0 off FSDP2 (mesh out of rank order), stage 1 on it at ZeRO-3: stage 0's exposed
+    reduction is ZeRO-1's, computed apart from `estimate` by `grad_sync_s` on the ZeRO-1 plan
+    (ZeRO-3's bytes, m·(4 + 2·2)/2 a parameter at m = 2 micro-batches, would be 8/3 of it)."""
+    import importlib
+
+    from planner.cluster.load import cluster_from_dict
+    from planner.costing import estimate
+    from planner.costing.grad_sync import grad_sync_s
+
+    pipes = [
+        {"microbatches": 2, "stages": [stage(0, 3, [0, 5]), stage(3, 6, [2, 3])]},
+        {"microbatches": 2, "stages": [stage(0, 3, [1, 4]), stage(3, 6, [6, 7])]},
+    ]
+    data, _ = priced_on_one_node(_llama(pipes, 3))
+    cluster = cluster_from_dict({"name": "one-node", "nodes": [
+        {"name": "cpu", "count": 1, "gpu": "A100-SXM4-80GB", "gpus_per_node": 8,
+         "intra_node": "nvlink", "inter_node_gbps": 100}]})
+    mixed = Plan.from_dict(data)
+    one = mixed.model_copy(update={"zero": 1})
+    est_mod = importlib.import_module("planner.costing.estimate")  # the module, not the function
+    layout = est_mod._layout(None, cluster, one, None, "bf16", DEFAULT_FRAMEWORK, 1.0)
+    dp, tied = grad_sync_s(layout.graph, one, layout.devices, layout.used_gpus,
+                           layout.latency_s, DEFAULT_FRAMEWORK)
+    expected = max(dp[p][0] + tied[p][0] for p in range(2))
+    got = estimate(None, cluster, mixed, precision="bf16").dp_sync_s
+    assert expected > 0 and abs(got - expected) <= 1e-12 * expected

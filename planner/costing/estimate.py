@@ -212,10 +212,15 @@ def _priced(layout: _Layout, plan: Plan, overlap_dp: bool, framework: Framework)
     # whole gradients and weights where FSDP2 cannot shard; a plan downgraded on every stage
     # also moves ZeRO-1's bytes.
     levels = priced_zero_stages(plan, graph, framework)
-    sync_plan = (plan if any(z == plan.zero_stage for row in levels for z in row)
-                 else plan.model_copy(update={"zero": 1}))
+    flat = {z for row in levels for z in row}
+    sync_plan = plan if plan.zero_stage in flat else plan.model_copy(update={"zero": 1})
     dp_sync, tied_sync = grad_sync_s(graph, sync_plan, devices, layout.used_gpus,
                                      layout.latency_s, framework)
+    if len(flat) > 1:  # some stages on the slices: those move ZeRO-1's bytes, once a step
+        low, _ = grad_sync_s(graph, plan.model_copy(update={"zero": 1}), devices,
+                             layout.used_gpus, layout.latency_s, framework)
+        dp_sync = [[low[p][d.index] if min(levels[p][j] for j in d.chunks) < plan.zero_stage
+                    else dp_sync[p][d.index] for d in devs] for p, devs in enumerate(devices)]
     sync = [[a + b for a, b in zip(x, y, strict=True)] for x, y in zip(dp_sync, tied_sync,
                                                                       strict=True)]
     n_pipes = len(plan.pipelines)

@@ -16,6 +16,7 @@ from __future__ import annotations
 from planner.costing.framework import Framework
 from planner.graph.layers import LayerGraph
 from planner.runtime.fsdp_layout import fsdp_layout
+from planner.runtime.topology import torch_rank_map
 from planner.schema import Plan
 
 __all__ = ["priced_zero_stages", "zero_downgrade_note"]
@@ -34,7 +35,9 @@ def priced_zero_stages(plan: Plan, graph: LayerGraph,
     levels = tuple(tuple(zero for _ in pipe.stages) for pipe in plan.pipelines)
     if zero < 2 or len(plan.pipelines) < 2 or not framework.zero_beyond_fsdp_runs_as_zero1:
         return levels
-    on_fsdp = fsdp_layout(plan, _tied_elements(graph))
+    # Ranks as torchrun numbers them at launch (`hetplan launch`): a group out of that order
+    # stays off FSDP2 at run time.
+    on_fsdp = fsdp_layout(plan, _tied_elements(graph), torch_rank_map(plan))
     return tuple(tuple(zero if all(e in on_fsdp for e in range(*st.layers)) else 1
                        for st in pipe.stages) for pipe in plan.pipelines)
 
@@ -49,4 +52,5 @@ def zero_downgrade_note(plan: Plan, graph: LayerGraph, framework: Framework) -> 
     return (f"zero {plan.zero_stage}: {low} of {len(flat)} stages priced at ZeRO-1's memory: "
             "hetplan's runtime shards them on its own slices, which hold gradients and weights "
             "whole through the backward (FSDP2 needs identical replicas, even shards, no "
-            "expert- or context-parallel stage and no tied weight)")
+            "expert- or context-parallel stage, no tied weight and replicas numbered in node "
+            "order)")

@@ -32,7 +32,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh
 
-from planner.runtime.fsdp_layout import FsdpLayout, fsdp_layout
+from planner.runtime.fsdp_layout import FsdpLayout, fsdp_layout, mesh_in_rank_order
 
 __all__ = ["FsdpLayout", "fsdp_layout", "fsdp_mesh", "shard_elements"]
 
@@ -52,11 +52,9 @@ def fsdp_mesh(reps: tuple[tuple[int, ...], ...], rank: int, to_torch: dict[int, 
     """The (dp, tp) mesh of this rank's replicas (dp only at TP 1), from the plan's groups;
     None when torch's rank order does not match the mesh (a plan numbering ranks out of node
     order): its group ranks would then disagree with the mesh coordinates."""
-    rows = sorted(reps, key=lambda g: to_torch[g[0]])
-    grid = [[to_torch[r] for r in g] for g in rows]
-    for col in zip(*grid, strict=True):
-        if list(col) != sorted(col):
-            return None
+    if not mesh_in_rank_order(reps, to_torch):
+        return None
+    grid = [[to_torch[r] for r in g] for g in sorted(reps, key=lambda g: to_torch[g[0]])]
     tp_index = next(g.index(rank) for g in reps if rank in g)
     dp = groups[_dp_group(reps, tp_index)]
     if len(tp_group) == 1:

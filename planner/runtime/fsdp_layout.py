@@ -14,7 +14,7 @@ from collections.abc import Hashable, Mapping
 from planner.runtime.topology import element_holders
 from planner.schema import Plan
 
-__all__ = ["FsdpLayout", "fsdp_layout", "uneven_fractions"]
+__all__ = ["FsdpLayout", "fsdp_layout", "mesh_in_rank_order", "uneven_fractions"]
 
 FsdpLayout = dict[int, tuple[tuple[int, ...], ...]]
 """Chain element → its replicas' TP groups (plan ranks), for every element FSDP2 shards."""
@@ -34,9 +34,20 @@ def uneven_fractions(plan: Plan) -> bool:
     return any(f is not None and abs(f - 1 / len(fractions)) > 1e-12 for f in fractions)
 
 
-def fsdp_layout(plan: Plan, elements: Mapping[Hashable, tuple[int, ...]]) -> FsdpLayout:
+def mesh_in_rank_order(reps: tuple[tuple[int, ...], ...], to_torch: Mapping[int, int]) -> bool:
+    """The (dp, tp) mesh of these replicas lines up with torch's rank order (each TP column
+    ascending when the replicas are sorted by their first rank): DeviceMesh needs it, so
+    `runtime/fsdp.py` keeps a group whose ranks are numbered out of node order off FSDP2."""
+    grid = [[to_torch[r] for r in g] for g in sorted(reps, key=lambda g: to_torch[g[0]])]
+    return all(list(col) == sorted(col) for col in zip(*grid, strict=True))
+
+
+def fsdp_layout(plan: Plan, elements: Mapping[Hashable, tuple[int, ...]],
+                to_torch: Mapping[int, int] | None = None) -> FsdpLayout:
     """The elements FSDP2 shards under this plan (the same answer on every rank). `elements`:
-    each parameter → the chain elements holding it (more than one: a tied weight)."""
+    each parameter → the chain elements holding it (more than one: a tied weight).
+    `to_torch` (plan rank → torch rank): also drop groups whose mesh is out of rank order,
+    which the runtime finds only when it builds the mesh (`fsdp_mesh` returns None)."""
     if (plan.zero_stage < 2 or len(plan.pipelines) < 2 or uneven_fractions(plan)
             or any((st.cp or 1) > 1 for pipe in plan.pipelines for st in pipe.stages)):
         # Context-parallel blocks reduce gradients over dp·cp with their own loss scaling
@@ -53,7 +64,8 @@ def fsdp_layout(plan: Plan, elements: Mapping[Hashable, tuple[int, ...]]) -> Fsd
             continue
         (reps,) = replicas
         if (len(reps) < 2 or len({len(g) for g in reps}) != 1
-                or any(held[g] != elems for g in reps)):
+                or any(held[g] != elems for g in reps)
+                or (to_torch is not None and not mesh_in_rank_order(reps, to_torch))):
             continue
         for e in sorted(elems - tied - expert):
             out[e] = reps
