@@ -149,6 +149,8 @@ def test_zero2_and_3_are_offered_only_where_they_run_as_priced() -> None:
     data["cluster"]["nodes"][1]["gpus_per_node"] = 2
     hetero = Plan.from_dict(data)
     assert [p.zero_stage for p in sharding_variants(hetero)] == [1, 0]
+    # A stack that shards by its own rules (torchtitan's FSDP2) is offered every stage.
+    assert [p.zero_stage for p in sharding_variants(hetero, fsdp_only=False)] == [1, 0, 2, 3]
     for p, f in zip(data["pipelines"], (0.8, 0.2), strict=True):
         p["shard_fraction"] = f
     assert [p.zero_stage for p in sharding_variants(Plan.from_dict(data))] == [1, 0, 1]

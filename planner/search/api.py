@@ -224,13 +224,16 @@ def plan(model: Any, cluster: Any, *, global_batch_size: int | None = None,
                 graph.seq_len % (st.tp * (2 * st.cp if (st.cp or 1) > 1 else 1))
                 for pipe in p.pipelines for st in pipe.stages):
             return None  # the runtime cannot slice this sequence over that TP (plan_check)
-        # The ZeRO stage (and uneven shard fractions) chosen by estimate (sharding.py). Tied
-        # embedding/head weights stay whole under the runtime's FSDP2 (runtime/fsdp.py), which
-        # ZeRO-2/3 prices as sharded: a tied model is searched up to ZeRO-1.
-        max_zero = min(framework.max_zero, 1) if tied else framework.max_zero
+        # The ZeRO stage (and uneven shard fractions) chosen by estimate (sharding.py). Under
+        # hetplan's runtime tied embedding/head weights stay on the slices (runtime/fsdp.py),
+        # which estimate prices at ZeRO-1 (zero_runs.py): a tied model is searched up to
+        # ZeRO-1 there. Stacks that shard by their own rules get every stage they run.
+        fsdp_only = framework.zero_beyond_fsdp_runs_as_zero1
+        max_zero = min(framework.max_zero, 1) if tied and fsdp_only else framework.max_zero
         try:
             found = best_sharding(p, sharding_estimator(graph, cluster, p, profiles=profiles,
-                                                        framework=framework), max_zero)
+                                                        framework=framework), max_zero,
+                                  fsdp_only=fsdp_only)
         except HetplanError:
             return None  # a refinement move the estimate's rules refuse (e.g. Megatron's)
         if found is None:

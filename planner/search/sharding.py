@@ -46,12 +46,15 @@ def _with(plan: Plan, zero: int, fractions: tuple[float, ...] | None = None) -> 
                                    "pipelines": pipes})
 
 
-def sharding_variants(plan: Plan, max_zero: int = 3) -> list[Plan]:
+def sharding_variants(plan: Plan, max_zero: int = 3, fsdp_only: bool = True) -> list[Plan]:
     """The plan at every ZeRO stage up to `max_zero` that the runtime runs as priced (the plan
-    itself first)."""
+    itself first). `fsdp_only` (hetplan's runtime, `Framework.zero_beyond_fsdp_runs_as_zero1`):
+    ZeRO-2/3 only where FSDP2 runs them; elsewhere `estimate` prices them as ZeRO-1, so they
+    could only tie. A stack that shards by its own rules gets every stage."""
     if len(plan.pipelines) < 2:
         return [plan]
-    levels = tuple(z for z in ((0, 1, 2, 3) if _fsdp_runs(plan) else (0, 1)) if z <= max_zero)
+    every = not fsdp_only or _fsdp_runs(plan)
+    levels = tuple(z for z in ((0, 1, 2, 3) if every else (0, 1)) if z <= max_zero)
     return [plan] + [_with(plan, z) for z in levels if z != plan.zero_stage
                      or plan.pipelines[0].shard_fraction is not None]
 
@@ -91,9 +94,11 @@ def _step_matters(est: Estimate) -> bool:
 
 
 def best_sharding(plan: Plan, cost: Callable[[Plan], Estimate], max_zero: int = 3,
-                  exhaustive: bool = False) -> tuple[Plan, Estimate] | None:
+                  exhaustive: bool = False, fsdp_only: bool = True
+                  ) -> tuple[Plan, Estimate] | None:
     """The estimate-best feasible variant of `plan` (`cost` is `estimate` bound to the model
-    and cluster; ZeRO stages up to `max_zero`), or None when no variant fits.
+    and cluster; ZeRO stages up to `max_zero`; `fsdp_only` as in `sharding_variants`), or None
+    when no variant fits.
 
     Two variants are skipped, never the best one (`exhaustive` prices them anyway; the tests
     check both ways agree). Same layout and fractions, the estimate's iteration time is
@@ -127,7 +132,7 @@ def best_sharding(plan: Plan, cost: Callable[[Plan], Estimate], max_zero: int = 
             return z1 is not None and _step_matters(z1)
         return p.zero_stage == 3 and (2, None) in fitting
 
-    variants = sharding_variants(plan, max_zero)
+    variants = sharding_variants(plan, max_zero, fsdp_only)
     # The plan itself first (its estimate also serves a caller's validation), then the stages
     # the skips above are judged against (1, 2) before those they skip (0, 3).
     order = variants[:1] + sorted(variants[1:], key=lambda q: q.zero_stage in (0, 3))
