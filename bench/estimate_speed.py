@@ -60,7 +60,11 @@ def time_estimates() -> None:
 
         new_wall, new_cpu = medians_ms(call, est_module._simulate.cache_clear)
         old_wall, old_cpu = medians_ms(call, lambda: None)
-        target = (f"; target {TARGET_MS:.0f} ms" if len(plan.ranks) >= 1024 else "")
+        target = ""
+        if len(plan.ranks) >= 1024:  # judged on CPU time: wall time counts the other tenants
+            met = "met" if max(new_cpu, old_cpu) <= TARGET_MS else "NOT met"
+            target = (f"; issue 13 target <= {TARGET_MS:.0f} ms CPU per call at 1024 GPUs: "
+                      f"{met}")
         print(f"estimate {model_name} on {cluster_name} ({len(plan.ranks)} GPUs, {kw}): "
               f"median of {CALLS}: {new_wall:.2f} ms ({new_cpu:.2f} ms CPU) new pipelines, "
               f"{old_wall:.2f} ms ({old_cpu:.2f} ms CPU) pipelines simulated before{target}")

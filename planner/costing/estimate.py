@@ -15,7 +15,7 @@ shared all-reduce cannot start before the slowest pipeline has drained.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from functools import lru_cache
 from typing import Any
 
@@ -41,7 +41,7 @@ from planner.simulate import StageTiming, simulate
 __all__ = ["estimate", "sharding_estimator", "with_prediction"]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: built 1024 / TP times per estimate; nothing writes it
 class _Device:
     pipeline: int
     index: int
@@ -126,6 +126,52 @@ class _Layout:
     chunks: list[tuple[StageTiming, ...]]  # per pipeline, per chunk in layer order
 
 
+_PER_RANKS: dict[int, tuple[dict[int, Node], dict]] = {}
+
+
+def _per_ranks(rank_node: dict[int, Node]) -> dict:
+    """Sums over a plan's ranks, kept with `check_against`'s map (cached per ranks tuple and
+    cluster, plan_check.py): the same map gives the same sums."""
+    hit = _PER_RANKS.get(id(rank_node))
+    if hit is None or hit[0] is not rank_node:
+        if len(_PER_RANKS) >= 64:
+            _PER_RANKS.clear()
+        hit = _PER_RANKS[id(rank_node)] = (rank_node, {})
+    return hit[1]
+
+
+def _used_gpus(rank_node: dict[int, Node]) -> dict[str, int]:
+    """GPUs the plan uses per node name."""
+    memo = _per_ranks(rank_node)
+    used = memo.get("used")
+    if used is None:
+        used = memo["used"] = {}
+        for node in rank_node.values():
+            used[node.name] = used.get(node.name, 0) + 1
+    return used
+
+
+def _peak_and_price(rank_node: dict[int, Node], precision: str) -> tuple[float, float | None]:
+    """The plan's GPUs' summed peak FLOP/s at `precision` and summed price per hour (None
+    when a node has no price), added rank by rank."""
+    memo = _per_ranks(rank_node)
+    hit = memo.get(precision)
+    if hit is None:
+        peak = 0.0
+        price: float | None = 0.0
+        per_group: dict[int, float] = {}  # a group's peak, worked out once
+        for node in rank_node.values():
+            group = node.group
+            flops = per_group.get(id(group))
+            if flops is None:
+                flops = per_group[id(group)] = peak_tflops(group.gpu, precision) * 1e12
+            peak += flops
+            pg = group.price_per_gpu_hour
+            price = None if price is None or pg is None else price + pg
+        hit = memo[precision] = (peak, price)
+    return hit
+
+
 def _layout(model: Any, cluster: Cluster | None, plan: Plan, profiles: ProfileSet | None,
             precision: str | None, framework: Framework, capacity_factor: float) -> _Layout:
     graph, spec_precision = resolve_model(model, plan)
@@ -133,9 +179,7 @@ def _layout(model: Any, cluster: Cluster | None, plan: Plan, profiles: ProfileSe
     cluster = resolve_cluster(cluster, plan)
     # The one plan validator (model- and cluster-dependent rules); raises one SpecError line.
     rank_node = check_against(plan, graph, cluster)
-    used_gpus: dict[str, int] = {}
-    for node in rank_node.values():
-        used_gpus[node.name] = used_gpus.get(node.name, 0) + 1
+    used_gpus = _used_gpus(rank_node)
     latency_s = cluster.latency_us * 1e-6
     v = plan.virtual_stages
     mb = plan.micro_batch_size
@@ -145,6 +189,8 @@ def _layout(model: Any, cluster: Cluster | None, plan: Plan, profiles: ProfileSe
     # Data-parallel replicas repeat their stages: a stage without ep or cp links costs the same
     # on every node of its group (stage_cost reads only the group's GPU and link).
     same: dict[tuple, StageCost] = {}
+    hops: dict[tuple, float] = {}  # p2p times, shared alike (`_p2p`)
+    same_timings: dict[tuple, tuple[StageTiming, ...]] = {}
     for p, pipe in enumerate(plan.pipelines):
         s_count = len(pipe.stages) // v
         costs: list[StageCost] = []
@@ -179,18 +225,24 @@ def _layout(model: Any, cluster: Cluster | None, plan: Plan, profiles: ProfileSe
             if ep == 1 and cp == 1:
                 same[key] = costs[-1]
             chunk_nodes.append(node)
-        sends = [
-            p2p_time_s(costs[j].p2p_bytes, chunk_nodes[j], pipe.stages[j].tp, chunk_nodes[j + 1],
-                       latency_s, used_gpus) if j + 1 < len(costs) else 0.0
-            for j in range(len(costs))]
+        sends = [_p2p(hops, costs[j].p2p_bytes, chunk_nodes[j], pipe.stages[j].tp,
+                      chunk_nodes[j + 1], latency_s, used_gpus) if j + 1 < len(costs) else 0.0
+                 for j in range(len(costs))]
+        cp_p = plan.cp(p)
         devices.append([
-            _Device(p, d, chunk_nodes[d], pipe.stages[d].tp,
-                    tuple(range(d, len(costs), s_count)),
-                    tuple(costs[j] for j in range(d, len(costs), s_count)),
-                    pipe.stages[d].ep or 1, plan.cp(p))
-            for d in range(s_count)])
-        timings.append(tuple(_timing(c, j, sends, s_count, framework.p2p_blocking)
-                             for j, c in enumerate(costs)))
+            _Device(p, d, chunk_nodes[d], st.tp, ids,
+                    (costs[d],) if v == 1 else tuple(costs[j] for j in ids), st.ep or 1, cp_p)
+            for d, (st, ids) in enumerate(zip(pipe.stages, _device_chunks(len(costs), s_count),
+                                              strict=False))])
+        # Replicas of a pipeline (same chunk costs and p2p times) share one timing tuple, so
+        # the simulation cache hashes it once.
+        shape = (tuple(map(id, costs)), tuple(sends), s_count)
+        chunk_timings = same_timings.get(shape)
+        if chunk_timings is None:
+            chunk_timings = same_timings[shape] = tuple(
+                _timing(c, j, sends, s_count, framework.p2p_blocking)
+                for j, c in enumerate(costs))
+        timings.append(chunk_timings)
     # Replicas share their StageCost objects (above), so their sums are taken once.
     sums: dict[tuple[int, ...], StageCost] = {}
     merged: list[list[StageCost]] = []
@@ -232,6 +284,9 @@ def _priced(layout: _Layout, plan: Plan, overlap_dp: bool, framework: Framework)
     problems: list[str] = []
     worst_sync = worst_opt = 0.0
     worst_tied = max((t for row in tied_sync for t in row), default=0.0)
+    # Replicas repeat their rows but for the pipeline number: each distinct row is built once
+    # (a device's merged cost object stands for its chunks, GPU and TP; see _layout).
+    rows: dict[tuple, StageEstimate] = {}
     for p, pipe in enumerate(plan.pipelines):
         devs = devices[p]
         keep = (plan.shard_fractions[p] if plan.pipelines[p].shard_fraction is not None
@@ -258,9 +313,16 @@ def _priced(layout: _Layout, plan: Plan, overlap_dp: bool, framework: Framework)
             worst_opt = max(worst_opt, opt[d.index])
             gathered = (_largest_layer_params(graph, plan, d, framework) * 2
                         if zd[d.index] >= 3 and shard > 1 else 0.0)
-            row, problem = _stage_row(plan, d, layout.merged[p][d.index],
-                                      tl.max_inflight[d.index], len(devs), shard,
-                                      zd[d.index], gathered, keep)
+            merged = layout.merged[p][d.index]
+            key = (id(merged), d.index, d.tp, d.ep, d.cp, len(devs), tl.max_inflight[d.index],
+                   pipe.microbatches, shard, zd[d.index], gathered, keep)
+            row = rows.get(key)
+            if row is not None and row.peak_memory_gib <= row.memory_capacity_gib:
+                stage_rows.append(_renumbered(row, p))
+                continue
+            row, problem = _stage_row(plan, d, merged, tl.max_inflight[d.index], len(devs),
+                                      shard, zd[d.index], gathered, keep)
+            rows[key] = row
             stage_rows.append(row)
             if problem:
                 problems.append(problem)
@@ -271,6 +333,25 @@ def _priced(layout: _Layout, plan: Plan, overlap_dp: bool, framework: Framework)
                    + max(t.makespan_s - t.pipeline_s for t in timelines))
     return _summarise(graph, layout.precision, plan, layout.rank_node, iteration_s, stage_rows,
                       problems, timelines, worst_sync, worst_opt, worst_tied)
+
+
+@lru_cache(maxsize=256)
+def _device_chunks(n_chunks: int, s_count: int) -> tuple[tuple[int, ...], ...]:
+    """Per device, its chunks' indices (chunk j on device j % S)."""
+    return tuple(tuple(range(d, n_chunks, s_count)) for d in range(s_count))
+
+
+def _p2p(hops: dict[tuple, float], nbytes: float, src: Node, src_tp: int, dst: Node,
+         latency_s: float, used_gpus: dict[str, int]) -> float:
+    """`p2p_time_s`, once per distinct input: it reads only the two nodes' groups, whether
+    they are one node, and the GPUs the plan uses on each (their NIC shares), so replicas on
+    other nodes of the same groups reuse it."""
+    key = (nbytes, src_tp, src.name == dst.name, id(src.group), id(dst.group),
+           used_gpus.get(src.name), used_gpus.get(dst.name))
+    hit = hops.get(key)
+    if hit is None:
+        hit = hops[key] = p2p_time_s(nbytes, src, src_tp, dst, latency_s, used_gpus)
+    return hit
 
 
 @lru_cache(maxsize=4096)
@@ -327,6 +408,16 @@ def _merged(costs: tuple[StageCost, ...]) -> StageCost:
         context_transient_bytes=worst.context_transient_bytes)
 
 
+_ROW_FIELDS = tuple(f.name for f in fields(StageEstimate))
+
+
+def _renumbered(row: StageEstimate, pipeline: int) -> StageEstimate:
+    """`row` of another pipeline (`dataclasses.replace` without its per-call field walk)."""
+    kw = {name: getattr(row, name) for name in _ROW_FIELDS}
+    kw["pipeline"] = pipeline
+    return StageEstimate(**kw)
+
+
 def _stage_row(plan: Plan, d: _Device, merged: StageCost, max_inflight: int, s_count: int,
                shard: int, zero: int = 1, gathered: float = 0.0,
                keep: float | None = None) -> tuple[StageEstimate, str | None]:
@@ -360,12 +451,7 @@ def _summarise(graph: LayerGraph, precision: str, plan: Plan, rank_node: dict[in
                timelines: list, sync_s: float, opt_s: float, tied_s: float) -> Estimate:
     tokens = plan.global_batch_size * graph.seq_len
     tokens_per_s = tokens / iteration_s
-    peak = 0.0
-    price: float | None = 0.0
-    for node in rank_node.values():
-        peak += peak_tflops(node.group.gpu, precision) * 1e12
-        pg = node.group.price_per_gpu_hour
-        price = None if price is None or pg is None else price + pg
+    peak, price = _peak_and_price(rank_node, precision)
     model_flops = graph.train_flops * plan.global_batch_size
     mfu = model_flops / iteration_s / peak if peak > 0 else 0.0
     per_m = None if price is None else price / (tokens_per_s * 3600 / 1e6)

@@ -130,7 +130,24 @@ def _node_map(cluster: Cluster) -> dict[str, Node]:
     return hit[1]
 
 
+_RANK_NODES: dict[int, tuple[tuple, Cluster, dict[int, Node]]] = {}
+
+
 def _rank_nodes(plan: Plan, cluster: Cluster, where: str) -> dict[int, Node]:
+    """Rank → node, once per (ranks tuple, cluster) object pair: both are immutable, and
+    the plans the search derives from one another (ZeRO stage, shard fractions) share their
+    ranks tuple. Callers only read the map."""
+    hit = _RANK_NODES.get(id(plan.ranks))
+    if hit is not None and hit[0] is plan.ranks and hit[1] is cluster:
+        return hit[2]
+    out = _rank_nodes_of(plan, cluster, where)
+    if len(_RANK_NODES) >= 64:
+        _RANK_NODES.clear()
+    _RANK_NODES[id(plan.ranks)] = (plan.ranks, cluster, out)
+    return out
+
+
+def _rank_nodes_of(plan: Plan, cluster: Cluster, where: str) -> dict[int, Node]:
     # One pass over the ranks (1024 at 1024 GPUs, on every estimate); the errors are still
     # raised in rule order: unknown node, too many ranks on a node, a local rank out of range.
     nodes = _node_map(cluster)

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from functools import lru_cache
 
 from planner.simulate.closed_form import uniform_makespan_s
+from planner.simulate.compiled import pipeline_times
 from planner.simulate.order import device_orders
 from planner.simulate.timeline import Event, StageTiming, Timeline
 
@@ -49,6 +50,10 @@ def simulate(chunks: Sequence[StageTiming], microbatches: int, schedule: str = "
     orders = device_orders(s_count, v, microbatches, schedule)
     if not detail and not any(sync) and not any(opt) and _uniform(chunks):
         return _closed_form(chunks, s_count, v, microbatches, schedule, orders, sync, opt)
+    if not detail:  # the same arithmetic, compiled per schedule shape (compiled.py)
+        free, busy = pipeline_times(chunks, s_count, v, microbatches, schedule)
+        return _finished(chunks, s_count, v, microbatches, schedule, orders, sync, opt, free,
+                         busy, [], [[] for _ in range(s_count)], detail=False)
 
     m = microbatches
     last = n_chunks - 1
@@ -133,6 +138,19 @@ def simulate(chunks: Sequence[StageTiming], microbatches: int, schedule: str = "
         if not moved and done_devices < s_count:
             raise RuntimeError(f"schedule {schedule!r} deadlocked at ops {ptr}; this is a bug")
 
+    return _finished(chunks, s_count, v, m, schedule, orders, sync, opt, free, busy,
+                     [(act_at[c], grad_at[c]) for c in range(last)], runs, detail=detail)
+
+
+def _finished(chunks: Sequence[StageTiming], s_count: int, v: int, m: int, schedule: str,
+              orders: Sequence[Sequence[tuple[bool, int, int]]], sync: list[float],
+              opt: list[float], free: list[float], busy: list[float],
+              arrivals: list[tuple[list[float], list[float]]],
+              runs: list[list[tuple[int, str, int, int, float, float]]], *,
+              detail: bool) -> Timeline:
+    """The tails after each device's last op, and the Timeline (with events from `runs` and
+    `arrivals`, per link its activation and gradient arrival times, under `detail`)."""
+    send_s = [c.send_s for c in chunks]
     pipeline_s = max(free)
     makespan = pipeline_s
     for d in range(s_count):
@@ -146,11 +164,11 @@ def simulate(chunks: Sequence[StageTiming], microbatches: int, schedule: str = "
         makespan = max(makespan, t)
 
     events = [Event(*e) for log in runs for e in log] if detail else []
-    for c in range(last if detail else 0):
+    for c, (act_at, grad_at) in enumerate(arrivals if detail else ()):
         if send_s[c] > 0.0:
             dev, nxt = chunks[c].device, chunks[c + 1].device
             for i in range(m):  # drawn while on the wire (after any wait for the link)
-                a, g = act_at[c][i], grad_at[c][i]
+                a, g = act_at[i], grad_at[i]
                 events.append(Event(dev, "send", i, c, a - send_s[c], a))
                 events.append(Event(nxt, "send_grad", i, c + 1, g - send_s[c], g))
     bubble = 1.0 - sum(busy) / (s_count * pipeline_s) if pipeline_s > 0 else 0.0
