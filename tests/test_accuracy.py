@@ -7,6 +7,8 @@ them turns them into failures to update.
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from planner.costing.validation import default_data_dir, run_all
@@ -183,27 +185,42 @@ def test_megatron_record_covers_every_nemo_table(reports: dict) -> None:
 
 @pytest.mark.parametrize(("group", "counted", "target_pct"), [
     # Measured when the file was added: 13.6 % (A100 40GB), 22.9 % (A100 80GB), 42.7 % (H100
-    # 80GB); the error grows with the sequence length (docs/cost-model.md, "MPT / llm-foundry").
-    ("a100_40gb", 78, 14.5),
-    ("a100_80gb", 61, 24.0),
-    ("h100_80gb", 52, 44.0),
+    # 80GB); with the attention core at llm-foundry's Triton kernel's published rate
+    # (cost_models/attention.py): 10.4 %, 10.9 %, 7.4 % (docs/cost-model.md, "MPT / llm-foundry").
+    ("a100_40gb", 78, 11.0),
+    ("a100_80gb", 61, 11.5),
+    ("h100_80gb", 52, 8.0),
 ])
 def test_mpt_llm_foundry_at_measured_figure(reports: dict, group: str, counted: int,
                                             target_pct: float) -> None:
     """llm-foundry's published MPT tables (FSDP, 125M-70B, 512-65536 tokens): every bf16 row
-    priced, MAPE no worse than when the file was added, rows ranked right (Spearman)."""
+    priced, MAPE at the figure measured (small margin), rows ranked right (Spearman)."""
     rep = reports[("mpt_llm_foundry.csv", group)]
     assert rep.counted == counted
     assert rep.mape_pct <= target_pct
-    assert rep.spearman >= 0.95
+    assert rep.spearman >= 0.99
     fp8 = reports[("mpt_llm_foundry.csv", "h100_80gb fp8")]
     assert fp8.counted == 0 and len(fp8.rows) == 10  # reported, not counted
 
 
-@pytest.mark.xfail(strict=True, reason="MPT: 24.5 % over the bf16 rows; attention at long "
-                   "sequences and 2023 H100 software are priced too fast (docs/cost-model.md)")
 def test_mpt_llm_foundry_within_ten_percent(reports: dict) -> None:
+    """The issue's 10 % target over the 191 bf16 rows: 24.5 % with the attention core at the
+    GEMM rate, 9.7 % at the Triton kernel's own rate."""
     assert reports[("mpt_llm_foundry.csv", "all")].mape_pct <= 10.0
+
+
+@pytest.mark.parametrize("group", ["a100_40gb", "a100_80gb", "h100_80gb"])
+def test_mpt_long_sequences_not_priced_too_fast(reports: dict, group: str) -> None:
+    """Rows at 16k-65k tokens, where the attention core is 40-80 % of the FLOPs: their signed
+    mean error was +40 % (A100 40GB), +46 % (A100 80GB), +114 % (H100) with attention at the
+    GEMM rate; the kernel's own forward and backward rates bring each within ±10 %
+    (measured +2.9 / +3.0 / +5.3 %)."""
+    rows = [x for x in reports[("mpt_llm_foundry.csv", group)].rows
+            if x.used and x.measured and x.predicted is not None
+            and int(re.search(r"seq (\d+)", x.label).group(1)) >= 16384]
+    assert len(rows) >= 11
+    mean = sum((x.predicted - x.measured) / x.measured for x in rows) / len(rows)
+    assert abs(mean) <= 0.10
 
 
 def test_torchtitan_checkpointing_ratios(reports: dict) -> None:

@@ -87,6 +87,12 @@ def test_frameworks_command_lists_every_record_with_sources(
     assert by["deepspeed"]["p2p_blocking"] and not by["deepspeed"]["causal_flash_attention"]
     assert not by["hetplan"]["dp_overlap"]
     assert set(by) == set(FRAMEWORKS)
+    # Each names its attention kernel; none of the four is priced apart from the GEMM rate
+    # yet (cost_models.attention.PRICED: only llm-foundry's Triton kernel).
+    assert by["torchtitan"]["attention_kernel"] == "fa2"
+    assert by["megatron"]["attention_kernel"] == "te"
+    assert by["deepspeed"]["attention_kernel"] == "eager (GEMM rate)"
+    assert all(r["attention_kernel_priced_on"] == [] for r in recs)
 
 
 def test_per_framework_report_pools_rows_once() -> None:

@@ -14,10 +14,12 @@ __all__ = ["framework_record", "frameworks"]
 
 def framework_record(name: str) -> dict[str, Any]:
     """One framework record as plain JSON data (fixed key order)."""
+    from cost_models.attention import PRICED
     from planner.costing.framework import FRAMEWORKS
 
     fw = FRAMEWORKS[name]
     causal = fw.attention_flops_share < 1.0
+    priced = sorted(gen for kernel, gen in PRICED if kernel == fw.attention_kernel)
     return {
         "name": name,
         "host_dispatch_overlapped": fw.host_dispatch_overlapped,
@@ -25,6 +27,8 @@ def framework_record(name: str) -> dict[str, Any]:
         "tp_comm_overlap": fw.tp_comm_overlap,
         "fused_kernels": fw.fused_kernels,
         "causal_flash_attention": causal,
+        "attention_kernel": fw.attention_kernel or "eager (GEMM rate)",
+        "attention_kernel_priced_on": priced,
         "vocab_parallel": fw.vocab_parallel,
         "pads_vocab": fw.pads_vocab,
         "tied_grad_pairs": fw.tied_grad_pairs,
@@ -63,5 +67,8 @@ def frameworks(
             f"{_yes(r['vocab_parallel'])}{' (padded)' if r['pads_vocab'] else ''}; "
             f"blocking p2p: {_yes(r['p2p_blocking'])}; fp8: {r['fp8']}")
         console.print(f"  context parallelism: {r['context_parallel']}")
+        on = ", ".join(r["attention_kernel_priced_on"]) or "none (GEMM rate)"
+        console.print(f"  attention kernel: {r['attention_kernel']}; its own published rate "
+                      f"priced on: {on}")
         for src in r["sources"]:
             console.print(f"  - {src}")

@@ -30,6 +30,13 @@ with one of these records instead of bending the shared constants:
   bytes in 16-bit). Flash kernels keep none of it, which is what the graph records. Under
   full recompute or Megatron's selective recompute only one block's worth exists at a time,
   during its recomputation.
+- `attention_kernel`: which causal attention kernel the stack runs, whose own published
+  throughput (forward and backward, per GPU generation) prices the attention core instead of
+  the dense-GEMM efficiency (`cost_models.attention`, with each figure's source): PyTorch
+  SDPA's flash backend is FlashAttention-2 (hetplan's runtime, torchtitan); Transformer
+  Engine runs cuDNN fused attention on Hopper and FlashAttention-2 on Ampere (Megatron-Core);
+  llm-foundry's 2023 benchmarks ran the FlashAttention Triton kernel. Empty: the GEMM rate
+  (eager attention, or a stack that does not say which kernel it runs).
 - `p2p_blocking`: pipeline sends/receives are synchronous inside the schedule (DeepSpeed's
   `PipelineEngine`: `deepspeed/runtime/pipe/p2p.py` asserts `async_op == False` and calls
   `dist.send`/`dist.recv`, or `broadcast` on a two-rank group before torch 1.8), so each
@@ -41,6 +48,8 @@ with one of these records instead of bending the shared constants:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
+from cost_models.attention import ATTENTION_KERNELS
 
 __all__ = ["AMP_DEEPSPEED_MEGATRON", "DEEPSPEED_PIPELINE", "DEFAULT_FRAMEWORK", "FRAMEWORKS",
            "DEEPSPEED", "HETPLAN_RUNTIME", "MEGATRON_CORE", "MEGATRON_EAGER", "SAILOR_DEEPSPEED",
@@ -64,6 +73,11 @@ class Framework:
     0.5 for causal flash kernels, which skip the masked upper-triangle blocks (hetplan's
     runtime calls `scaled_dot_product_attention(is_causal=True)`, whose flash and
     memory-efficient CUDA kernels do); 1.0 where the masked s×s scores are materialised."""
+    attention_kernel: str = "fa2"
+    """The causal attention kernel (`cost_models.attention.ATTENTION_KERNELS`): "fa2" (SDPA's
+    flash backend, hetplan's runtime), "cudnn" (TE fused attention on Hopper), "fa3",
+    "triton-fa1"; "" prices the attention core at the dense-GEMM rate. A (kernel, GPU
+    generation) without a published figure also keeps the GEMM rate."""
     vocab_parallel: bool = True
     """Embedding and LM head split over TP (False: whole on every TP rank)."""
     pads_vocab: bool = False
@@ -148,6 +162,9 @@ class Framework:
                              f"{self.attention_flops_share}")
         if (self.recompute_gemm_fraction is None) != (self.recompute_memory_fraction is None):
             raise ValueError("give both recompute fractions or neither")
+        if self.attention_kernel not in ATTENTION_KERNELS:
+            raise ValueError(f"attention_kernel must be one of {ATTENTION_KERNELS}, got "
+                             f"{self.attention_kernel!r}")
         if self.attention_dropout and not self.keeps_attention_probs:
             raise ValueError("attention_dropout needs keeps_attention_probs")
         if any(n < 0 for n in self.score_passes) or (any(self.score_passes)
@@ -159,7 +176,8 @@ class Framework:
 
 DEFAULT_FRAMEWORK = Framework()
 
-MEGATRON_EAGER = Framework(max_zero=1, name="megatron-eager-softmax", attention_flops_share=1.0,
+MEGATRON_EAGER = Framework(attention_kernel="", max_zero=1, name="megatron-eager-softmax",
+                           attention_flops_share=1.0,
                            pads_vocab=True, tied_grad_pairs=True)
 """Megatron-LM 1.x-3.x style: vocab-parallel embedding and logits (padded vocabulary), the
 masked s×s scores computed by a (fused) softmax kernel, as in AMP's DeepSpeed-Megatron v1.1.5
@@ -167,11 +185,13 @@ masked s×s scores computed by a (fused) softmax kernel, as in AMP's DeepSpeed-M
 default record and the Megatron weak-scaling probe (bench/megatron_weak_scaling.py); AMP and
 Sailor have their own records below, which also keep the probabilities in memory."""
 
-DEEPSPEED_PIPELINE = Framework(max_zero=1, name="deepspeed-pipeline", attention_flops_share=1.0,
+DEEPSPEED_PIPELINE = Framework(attention_kernel="", max_zero=1, name="deepspeed-pipeline",
+                               attention_flops_share=1.0,
                                pads_vocab=True, tied_grad_pairs=True, p2p_blocking=True)
 """DeepSpeed's `PipelineEngine` over Megatron (BLOOM, MT-NLG)."""
 
-SAILOR_DEEPSPEED = Framework(name="sailor-deepspeed-megatron", attention_flops_share=1.0,
+SAILOR_DEEPSPEED = Framework(attention_kernel="", name="sailor-deepspeed-megatron",
+                             attention_flops_share=1.0,
                              max_zero=1, pads_vocab=True, tied_grad_pairs=True,
                              keeps_attention_probs=True, score_passes=(4, 5),
                              eager_attention_gemms=True)
@@ -185,7 +205,8 @@ read and write) and the softmax (read and write) are separate passes over the s�
 and their gradients one pass more (softmax backward reads the output and the gradient):
 `score_passes` (4, 5). The score GEMMs are cuBLAS `baddbmm` / `bmm`: `eager_attention_gemms`."""
 
-AMP_DEEPSPEED_MEGATRON = Framework(name="deepspeed-megatron-1.1.5", attention_flops_share=1.0,
+AMP_DEEPSPEED_MEGATRON = Framework(attention_kernel="", name="deepspeed-megatron-1.1.5",
+                                   attention_flops_share=1.0,
                                    max_zero=1, pads_vocab=True, tied_grad_pairs=True,
                                    tied_grad_bytes=2, keeps_attention_probs=True,
                                    attention_dropout=True)
@@ -213,6 +234,7 @@ HETPLAN_RUNTIME = Framework(
 """hetplan's own runtime (what `hetplan launch` runs): the defaults of `Framework`."""
 
 MEGATRON_CORE = Framework(
+    attention_kernel="te",
     cp_ring_overlap=True, zero_beyond_fsdp_runs_as_zero1=False,
     max_zero=1,
     name="megatron", pads_vocab=True, tied_grad_pairs=True, host_dispatch_overlapped=True,
@@ -222,7 +244,8 @@ MEGATRON_CORE = Framework(
         "Megatron-LM megatron/core/transformer (TE TransformerEngine spec): TELayerNormColumn"
         "ParallelLinear fuses the norm into the GEMM, fused RoPE (apply_rotary_pos_emb_fused),"
         " bias_swiglu / bias_gelu fusions, bias_dropout_add fusion",
-        "TE DotProductAttention (flash / cuDNN fused attention), attn_mask_type=causal",
+        "TE DotProductAttention (flash / cuDNN fused attention), attn_mask_type=causal: cuDNN "
+        "fused attention on Hopper, FlashAttention-2 on Ampere (attention_kernel 'te')",
         "saved activations: TE LayerNormLinear / Linear keep the norm input and the GEMM "
         "input (its fp8 cast under fp8, transformer_engine/pytorch/module/linear.py), fused "
         "SwiGLU its input (cost_models/te_activations.py)",
@@ -243,7 +266,8 @@ TORCHTITAN = Framework(
     name="torchtitan", host_dispatch_overlapped=True, dp_overlap=True,
     fp8="torchao Float8Linear (dynamic scaling) on the block linears; needs torch.compile",
     sources=(
-        "torchtitan models/llama: F.scaled_dot_product_attention(is_causal=True)",
+        "torchtitan models/llama: F.scaled_dot_product_attention(is_causal=True), whose flash "
+        "backend is FlashAttention-2 (attention_kernel 'fa2')",
         "torchtitan parallelize_llama: FSDP2 fully_shard (reduce-scatter of gradients during "
         "backward, prefetched all-gather of parameters during forward)",
         "rowwise embedding / colwise output with loss_parallel: split when TP divides the "
@@ -255,6 +279,7 @@ TORCHTITAN = Framework(
 policies are per-run options (`planner.costing.validation.large_runs.torchtitan_framework`)."""
 
 DEEPSPEED = Framework(
+    attention_kernel="",
     max_zero=1, zero_beyond_fsdp_runs_as_zero1=False,
     name="deepspeed", attention_flops_share=1.0, pads_vocab=True, tied_grad_pairs=True,
     p2p_blocking=True,

@@ -6,6 +6,7 @@ communication, measured profiles, recomputation, activation and recompute-transi
 
 from __future__ import annotations
 
+from cost_models.attention import attention_scale_on
 from cost_models.comm import Link, allgather_s, allreduce_s, alltoall_s
 from cost_models.compute import LayerWork, adam_step_s, gemm_s, layer_compute_s, memory_s
 from cost_models.context import gathered_kv_memory_bytes, ring_attention_exposed_s
@@ -80,6 +81,8 @@ def layer_costs(layer: Layer, graph: LayerGraph, gpu: GpuSpec, tp: int, mb: int,
     # ends (runtime/context.py, no mask): the causal share of seq/cp queries × seq keys,
     # the same on every rank, as in the ring.
     share = fw.attention_flops_share
+    # The attention core at its kernel's own published rate (cost_models/attention.py).
+    attn_scale = attention_scale_on(fw.attention_kernel, gpu, precision)
     skipped = (1.0 - share) * layer.fwd_attention_flops
     score_fwd, score_bwd = _score_traffic_bytes(layer, graph, fw)
     work = LayerWork(
@@ -89,8 +92,9 @@ def layer_costs(layer: Layer, graph: LayerGraph, gpu: GpuSpec, tp: int, mb: int,
         fwd_memory_bytes=b * (layer.fwd_memory_bytes * mem_share + score_fwd / ts),
         bwd_memory_bytes=b * (2 * layer.fwd_memory_bytes * mem_share + score_bwd / ts),
         gemm_width=max(width, 1.0),
-        gemm_scale=layer_gemm_factors(layer, graph.seq_len, gpu, precision, ts, b,
-                                      share, fw.eager_attention_gemms),
+        gemm_scale=layer_gemm_factors(
+            layer, graph.seq_len, gpu, precision, ts, b, share, fw.eager_attention_gemms,
+            attention_scale=attn_scale if precision != "fp8" else (1.0, 1.0)),
         kernels_fwd=_KERNELS.get(layer.kind, KERNELS_PER_BLOCK_FWD),
     )
     fwd, bwd_act, bwd_w = layer_compute_s(work, gpu, precision, fw.host_dispatch_overlapped)
@@ -98,9 +102,10 @@ def layer_costs(layer: Layer, graph: LayerGraph, gpu: GpuSpec, tp: int, mb: int,
         # fp8 recipes run only the linear layers in fp8 (Transformer Engine fp8_autocast and
         # torchao Float8Linear); the attention core (flash / fused attention) stays bf16.
         attn = b * share * layer.fwd_attention_flops / ts
-        extra = (gemm_s(attn, gpu, "bf16", work.gemm_width)
-                 - gemm_s(attn, gpu, precision, work.gemm_width))
-        fwd, bwd_act = fwd + extra, bwd_act + 2 * extra
+        bf16_s = gemm_s(attn, gpu, "bf16", work.gemm_width)
+        fp8_s = gemm_s(attn, gpu, precision, work.gemm_width)
+        fwd += bf16_s * attn_scale[0] - fp8_s
+        bwd_act += 2 * (bf16_s * attn_scale[1] - fp8_s)
     comm = (layer.tp_allreduces_fwd * allreduce_s(b * layer.tp_allreduce_bytes, t, link)
             if split else 0.0)
     if ep > 1 and layer.num_experts and ep_link is not None:

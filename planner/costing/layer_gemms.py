@@ -6,7 +6,9 @@ for a gated MLP, FFN -> hidden). Megatron TP splits the first of each pair by co
 and the second by rows (K / t). With M the micro-batch's tokens, the forward runs
 C[M, N] = X[M, K]·W[K, N]; the backward runs the activation gradient dX[M, K] = dC·Wᵀ (a GEMM
 of M × K reducing over N) and the weight gradient dW[K, N] = Xᵀ·dC (K × N reducing over M).
-The attention core (flash / fused attention) is not a cuBLAS GEMM and keeps the wide rate.
+The attention core (flash / fused attention) is not a cuBLAS GEMM: it is priced at the wide
+rate × its kernel's own scale (`cost_models.attention`: forward, and backward for the
+activation-gradient pass), 1.0 where no kernel figure applies.
 """
 
 from __future__ import annotations
@@ -79,10 +81,13 @@ def _passes(m: int, weights: tuple[tuple[int, int], ...]
 
 def layer_gemm_factors(layer: Layer, seq_len: int, gpu: GpuSpec, precision: str, ts: int,
                        micro_batch: float, attention_share: float = 1.0,
-                       eager_attention: bool = False) -> tuple[float, float, float]:
+                       eager_attention: bool = False,
+                       attention_scale: tuple[float, float] = (1.0, 1.0),
+                       ) -> tuple[float, float, float]:
     """(forward, activation-gradient, weight-gradient) multipliers of the layer's GEMM time at
     the wide rate: its linear GEMMs priced by shape (`cost_models.gemm_shape`), the attention
-    core (`attention_share` of it run) at the wide rate, weighted by FLOPs. `ts`: the TP degree
+    core (`attention_share` of it run) at the wide rate × `attention_scale` (forward,
+    backward: its kernel's time relative to the wide rate), weighted by FLOPs. `ts`: the TP degree
     the layer is split over (1 when every rank holds it whole); `micro_batch`: sequences on
     this GPU (a fraction of one under context parallelism, which splits the tokens).
     `eager_attention`: the attention core is two cuBLAS batched GEMMs per head over the
@@ -91,7 +96,8 @@ def layer_gemm_factors(layer: Layer, seq_len: int, gpu: GpuSpec, precision: str,
     c = constants_for(gpu.name, gpu.generation)
     return _factors(layer, seq_len, ts, micro_batch, attention_share,
                     gemm_wide_flops_per_s(gpu, precision), gpu.hbm_gb_per_s * 1e9 * c.memory_eff,
-                    element_bytes(gpu, precision), gpu.sm_count, eager_attention)
+                    element_bytes(gpu, precision), gpu.sm_count, eager_attention,
+                    attention_scale)
 
 
 def _eager_attention_shapes(layer: Layer, seq_len: int, ts: int, micro_batch: float
@@ -115,7 +121,9 @@ def _eager_attention_shapes(layer: Layer, seq_len: int, ts: int, micro_batch: fl
 @lru_cache(maxsize=16384)
 def _factors(layer: Layer, seq_len: int, ts: int, micro_batch: float, attention_share: float,
              wide: float, memory: float, nbytes: float, sm_count: int | None,
-             eager_attention: bool = False) -> tuple[float, float, float]:
+             eager_attention: bool = False,
+             attention_scale: tuple[float, float] = (1.0, 1.0),
+             ) -> tuple[float, float, float]:
     """`layer_gemm_factors` for given rates; cached per (layer, TP, micro-batch, rates): the
     search prices the same block shape for every layer and many plans."""
     weights = layer_weights(layer, seq_len)
@@ -139,9 +147,13 @@ def _factors(layer: Layer, seq_len: int, ts: int, micro_batch: float, attention_
     attention = attention_share * layer.fwd_attention_flops * micro_batch / ts
     eager = _eager_attention_shapes(layer, seq_len, ts, micro_batch) if eager_attention else None
     out = []
-    # The attention core: its forward once, twice in the activation gradient, no weights.
-    for pass_index, att in ((0, attention), (1, 2.0 * attention), (2, 0.0)):
-        timed, flops = att, att
+    # The attention core: its forward once, twice in the activation gradient, no weights; a
+    # flash kernel's time is its kernel's (forward / backward scale, `cost_models.attention`),
+    # an eager core's its batched GEMMs' shapes; its FLOPs count as they are.
+    s_fwd, s_bwd = attention_scale
+    for pass_index, att, scale in ((0, attention, s_fwd), (1, 2.0 * attention, s_bwd),
+                                   (2, 0.0, 1.0)):
+        timed, flops = att * scale, att
         if eager is not None and pass_index < 2 and att > 0:
             timed = att * shape_factor(eager[pass_index], wide_flops_per_s=wide,
                                        memory_bytes_per_s=memory, element_bytes=nbytes,

@@ -39,17 +39,19 @@ DGX_H100_NIC_GBPS = 3200.0
 """NVIDIA DGX H100 datasheet: 8 × 400 Gb/s ConnectX-7 per node (the H100 tables state none)."""
 
 LLM_FOUNDRY = dataclasses.replace(
-    TORCHTITAN, name="llm-foundry",
+    TORCHTITAN, name="llm-foundry", attention_kernel="triton-fa1",
     fp8="TransformerEngine te.Linear fp8 (precision amp_fp8); not counted",
     sources=(
-        "llm-foundry MPT attention: attn_impl flash / triton, causal flash kernels "
-        "(mpt-*.yaml attn_config)",
+        "llm-foundry MPT attention: attn_impl triton (scripts/train/benchmarking/"
+        "submit_benchmarks.py --attn_impl default 'triton': flash_attn_triton.py, the "
+        "FlashAttention Triton kernel), causal",
         "Composer FSDP FULL_SHARD (fsdp_config.sharding_strategy) with limit_all_gathers: "
         "parameter all-gather prefetched during forward, gradient reduce-scatter during "
         "backward",
         "eager PyTorch modules, no torch.compile; asynchronous CUDA launches"))
 """MosaicML llm-foundry on Composer: the same execution properties as torchtitan's record
-(causal flash attention, overlapped FSDP traffic, eager kernels), under its own name."""
+(causal flash attention, overlapped FSDP traffic, eager kernels), under its own name, with its
+benchmarks' attention kernel (`cost_models.attention`: the FlashAttention Triton kernel)."""
 
 
 def _framework(model: str, graph: object) -> Framework:
