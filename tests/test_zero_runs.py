@@ -132,3 +132,36 @@ def test_stages_on_the_slices_move_zero_1_bytes_in_a_mixed_plan() -> None:
     expected = max(dp[p][0] + tied[p][0] for p in range(2))
     got = estimate(None, cluster, mixed, precision="bf16").dp_sync_s
     assert expected > 0 and abs(got - expected) <= 1e-12 * expected
+
+
+def test_tied_weights_reduce_at_zero_1_bytes_in_a_mixed_plan() -> None:
+    """gpt2-amp (tied embedding and head) on amp-het, PP 4 × DP 4 at ZeRO-3: the blocks' stages
+    run FSDP2, the tied ends the slices; the tied all-reduce moves ZeRO-1's bytes once a step
+    (the ZeRO-1 plan's tied sync, not ZeRO-3's per micro-batch)."""
+    from planner.cluster import load_cluster
+    from planner.costing import estimate, megatron_plan
+    from planner.graph import load_model
+
+    model, cluster = load_model("gpt2-amp"), load_cluster("amp-het")
+    plan = megatron_plan(model, cluster, tp=1, pp=4, dp=4, micro_batch=2, global_batch=32,
+                         zero=3)
+    assert priced_zero_stages(plan, model, DEFAULT_FRAMEWORK)[0] == (1, 3, 3, 1)
+    one = estimate(model, cluster, plan.model_copy(update={"zero": 1}))
+    assert one.tied_sync_s > 0
+    assert estimate(model, cluster, plan).tied_sync_s == one.tied_sync_s
+
+
+def test_local_ranks_torchrun_cannot_number_still_estimate() -> None:
+    """A plan whose local ranks are not 0..k-1 on a node (launch refuses it; estimate and
+    dryrun do not) prices at ZeRO-2 as at ZeRO-1: no rank order to check, no error."""
+    from planner.cluster import load_cluster
+    from planner.costing import estimate, megatron_plan
+    from planner.graph import load_model
+
+    model, cluster = load_model("tiny-llama"), load_cluster("dgx-a100")
+    for zero in (1, 2):
+        data = megatron_plan(model, cluster, tp=1, pp=2, dp=2, micro_batch=1, global_batch=8,
+                             zero=zero).to_dict()
+        for r in data["ranks"]:
+            r["local_rank"] += 4
+        assert estimate(model, cluster, Plan.from_dict(data)).iteration_time_s > 0

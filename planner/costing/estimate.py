@@ -269,8 +269,9 @@ def _priced(layout: _Layout, plan: Plan, overlap_dp: bool, framework: Framework)
     dp_sync, tied_sync = grad_sync_s(graph, sync_plan, devices, layout.used_gpus,
                                      layout.latency_s, framework)
     if len(flat) > 1:  # some stages on the slices: those move ZeRO-1's bytes, once a step
-        low, _ = grad_sync_s(graph, plan.model_copy(update={"zero": 1}), devices,
-                             layout.used_gpus, layout.latency_s, framework)
+        # Tied weights are never on FSDP2 (fsdp_layout): their reduction is ZeRO-1's too.
+        low, tied_sync = grad_sync_s(graph, plan.model_copy(update={"zero": 1}), devices,
+                                     layout.used_gpus, layout.latency_s, framework)
         dp_sync = [[low[p][d.index] if min(levels[p][j] for j in d.chunks) < plan.zero_stage
                     else dp_sync[p][d.index] for d in devs] for p, devs in enumerate(devices)]
     sync = [[a + b for a, b in zip(x, y, strict=True)] for x, y in zip(dp_sync, tied_sync,

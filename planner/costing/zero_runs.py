@@ -14,6 +14,7 @@ their own rules (`Framework.zero_beyond_fsdp_runs_as_zero1` False) keep the plan
 from __future__ import annotations
 
 from planner.costing.framework import Framework
+from planner.errors import HetplanError
 from planner.graph.layers import LayerGraph
 from planner.runtime.fsdp_layout import fsdp_layout
 from planner.runtime.topology import torch_rank_map
@@ -37,7 +38,11 @@ def priced_zero_stages(plan: Plan, graph: LayerGraph,
         return levels
     # Ranks as torchrun numbers them at launch (`hetplan launch`): a group out of that order
     # stays off FSDP2 at run time.
-    on_fsdp = fsdp_layout(plan, _tied_elements(graph), torch_rank_map(plan))
+    try:
+        to_torch: dict[int, int] | None = torch_rank_map(plan)
+    except HetplanError:  # local ranks torchrun cannot number: launch refuses the plan, and
+        to_torch = None   # dryrun numbers ranks as the plan does, so no order to check
+    on_fsdp = fsdp_layout(plan, _tied_elements(graph), to_torch)
     return tuple(tuple(zero if all(e in on_fsdp for e in range(*st.layers)) else 1
                        for st in pipe.stages) for pipe in plan.pipelines)
 
