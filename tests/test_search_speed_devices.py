@@ -17,11 +17,25 @@ def _answer(result) -> tuple:
 
 
 def test_kept_stage_weights_give_the_recomputed_answer(monkeypatch) -> None:
-    # A mixture-of-experts model: expert-parallel options and their per-shard gradient rings.
-    model, cluster = load_model("tiny-moe"), load_cluster("dgx-a100")
-    kept = _answer(plan(model, cluster))
-    monkeypatch.setattr(stage_arrays, "_WEIGHTS_BYTES", 0)  # nothing kept: every program computes
-    assert _answer(plan(model, cluster)) == kept
+    # A mixture-of-experts model (expert-parallel options, per-shard gradient rings) and a
+    # mixed cluster whose programs share options, so kept weights are really reused.
+    real = stage_arrays.stage_weights
+    for name, where in (("tiny-moe", "dgx-a100"), ("gpt2-amp", "amp-het")):
+        model, cluster = load_model(name), load_cluster(where)
+        calls = {"n": 0}
+
+        def counted(*args, calls=calls, **kwargs):
+            calls["n"] += 1
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(stage_arrays, "stage_weights", counted)
+        monkeypatch.setattr(stage_arrays, "_WEIGHTS_BYTES", 128 << 20)
+        kept, kept_calls = _answer(plan(model, cluster)), calls["n"]
+        calls["n"] = 0
+        monkeypatch.setattr(stage_arrays, "_WEIGHTS_BYTES", 0)  # nothing kept: all computed
+        assert _answer(plan(model, cluster)) == kept
+        if name == "gpt2-amp":
+            assert kept_calls < calls["n"]  # the store answered some programs
 
 
 def test_plan_leaves_the_collector_as_it_found_it() -> None:
@@ -36,3 +50,14 @@ def test_plan_leaves_the_collector_as_it_found_it() -> None:
         assert gc.get_freeze_count() > 0
     finally:
         gc.unfreeze()
+
+
+def test_plans_built_unvalidated_pass_full_validation() -> None:
+    """`build_plan` skips the stages' own checks; every plan the search returns must still pass
+    them when re-loaded (MoE ep, heterogeneous classes, interleaved chunks)."""
+    from planner.schema import Plan
+
+    for name, where in (("tiny-moe", "dgx-a100"), ("gpt2-amp", "amp-het")):
+        result = plan(load_model(name), load_cluster(where), top_k=10)
+        for p in result.candidates:
+            assert Plan.from_dict(p.to_dict()) == p

@@ -55,7 +55,7 @@ def pipeline_times(chunks: Sequence[StageTiming], s_count: int, v: int, m: int,
     return free, busy
 
 
-@lru_cache(maxsize=64)
+@lru_cache(maxsize=16)  # one 32-stage shape at m = 512 is ~14 MiB
 def _compiled(s_count: int, v: int, m: int, schedule: str) -> Compiled:
     """The ops of one schedule shape in the event loop's evaluation order, as value indices:
     op k's arrival is value 2k + 1 = max(value src[k], value prev[k]) + weight w_in[k], its end
@@ -126,7 +126,8 @@ def _compiled(s_count: int, v: int, m: int, schedule: str) -> Compiled:
         if not moved and done_devices < s_count:
             raise RuntimeError(f"schedule {schedule!r} deadlocked at ops {ptr}; this is a bug")
     # Micro-batch i − 1 crossed each link before i: its consumer ran earlier on that device.
-    assert -1 not in prev
+    if -1 in prev:  # a dependency left unresolved would read values[-1] silently
+        raise RuntimeError(f"schedule {schedule!r}: an op has no producer; this is a bug")
     busy_w = tuple(tuple(n + c if backward else c for backward, _, c in order)
                    for order in orders)
     return (tuple(src), tuple(prev), tuple(w_in), tuple(dev), tuple(w_op), tuple(dev_last),
