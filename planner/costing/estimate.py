@@ -15,18 +15,26 @@ shared all-reduce cannot start before the slowest pipeline has drained.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from cost_models.compute import peak_tflops
 from cost_models.memory import inflight_microbatches
 from cost_models.moe import DEFAULT_CAPACITY_FACTOR
 from cost_models.profiles import ProfileSet
 from planner.cluster.model import Cluster, Node
+from planner.costing.estimate_share import (
+    _device_chunks,
+    _merged,
+    _p2p,
+    _peak_and_price,
+    _renumbered,
+    _timing,
+    _used_gpus,
+)
 from planner.costing.framework import DEFAULT_FRAMEWORK, Framework
 from planner.costing.grad_sync import grad_sync_s
-from planner.costing.links import a2a_link, cp_ring_link, p2p_time_s
+from planner.costing.links import a2a_link, cp_ring_link
 from planner.costing.plan_check import check_against
 from planner.costing.resolve import resolve_cluster, resolve_model
 from planner.costing.result import Estimate, StageEstimate
@@ -124,52 +132,6 @@ class _Layout:
     devices: list[list[_Device]]
     merged: list[list[StageCost]]  # per pipeline, per device: its chunks' costs summed
     chunks: list[tuple[StageTiming, ...]]  # per pipeline, per chunk in layer order
-
-
-_PER_RANKS: dict[int, tuple[dict[int, Node], dict]] = {}
-
-
-def _per_ranks(rank_node: dict[int, Node]) -> dict:
-    """Sums over a plan's ranks, kept with `check_against`'s map (cached per ranks tuple and
-    cluster, plan_check.py): the same map gives the same sums."""
-    hit = _PER_RANKS.get(id(rank_node))
-    if hit is None or hit[0] is not rank_node:
-        if len(_PER_RANKS) >= 64:
-            _PER_RANKS.clear()
-        hit = _PER_RANKS[id(rank_node)] = (rank_node, {})
-    return hit[1]
-
-
-def _used_gpus(rank_node: dict[int, Node]) -> dict[str, int]:
-    """GPUs the plan uses per node name."""
-    memo = _per_ranks(rank_node)
-    used = memo.get("used")
-    if used is None:
-        used = memo["used"] = {}
-        for node in rank_node.values():
-            used[node.name] = used.get(node.name, 0) + 1
-    return used
-
-
-def _peak_and_price(rank_node: dict[int, Node], precision: str) -> tuple[float, float | None]:
-    """The plan's GPUs' summed peak FLOP/s at `precision` and summed price per hour (None
-    when a node has no price), added rank by rank."""
-    memo = _per_ranks(rank_node)
-    hit = memo.get(precision)
-    if hit is None:
-        peak = 0.0
-        price: float | None = 0.0
-        per_group: dict[int, float] = {}  # a group's peak, worked out once
-        for node in rank_node.values():
-            group = node.group
-            flops = per_group.get(id(group))
-            if flops is None:
-                flops = per_group[id(group)] = peak_tflops(group.gpu, precision) * 1e12
-            peak += flops
-            pg = group.price_per_gpu_hour
-            price = None if price is None or pg is None else price + pg
-        hit = memo[precision] = (peak, price)
-    return hit
 
 
 def _layout(model: Any, cluster: Cluster | None, plan: Plan, profiles: ProfileSet | None,
@@ -336,25 +298,6 @@ def _priced(layout: _Layout, plan: Plan, overlap_dp: bool, framework: Framework)
                       problems, timelines, worst_sync, worst_opt, worst_tied)
 
 
-@lru_cache(maxsize=256)
-def _device_chunks(n_chunks: int, s_count: int) -> tuple[tuple[int, ...], ...]:
-    """Per device, its chunks' indices (chunk j on device j % S)."""
-    return tuple(tuple(range(d, n_chunks, s_count)) for d in range(s_count))
-
-
-def _p2p(hops: dict[tuple, float], nbytes: float, src: Node, src_tp: int, dst: Node,
-         latency_s: float, used_gpus: dict[str, int]) -> float:
-    """`p2p_time_s`, once per distinct input: it reads only the two nodes' groups, whether
-    they are one node, and the GPUs the plan uses on each (their NIC shares), so replicas on
-    other nodes of the same groups reuse it."""
-    key = (nbytes, src_tp, src.name == dst.name, id(src.group), id(dst.group),
-           used_gpus.get(src.name), used_gpus.get(dst.name))
-    hit = hops.get(key)
-    if hit is None:
-        hit = hops[key] = p2p_time_s(nbytes, src, src_tp, dst, latency_s, used_gpus)
-    return hit
-
-
 @lru_cache(maxsize=4096)
 def _simulate(chunks: tuple[StageTiming, ...], microbatches: int, schedule: str, v: int,
               sync: tuple[float, ...], opt: tuple[float, ...]) -> Any:
@@ -362,20 +305,6 @@ def _simulate(chunks: tuple[StageTiming, ...], microbatches: int, schedule: str,
     repeated pipelines, share one."""
     return simulate(chunks, microbatches, schedule, v, dp_sync_s=sync, optimizer_s=opt,
                     detail=False)
-
-
-def _timing(c: StageCost, j: int, sends: list[float], s_count: int,
-            blocking: bool) -> StageTiming:
-    """Chunk j's timing. Blocking p2p (DeepSpeed's pipeline engine: `p2p.send`/`recv` are
-    synchronous inside the schedule) keeps both ends busy for the transfer, once per
-    micro-batch per direction: the forward receives from the previous chunk and sends to the
-    next, the backward the reverse; nothing is left in flight between them."""
-    if not blocking:
-        return StageTiming(fwd_s=c.fwd_s, bwd_s=c.bwd_s, send_s=sends[j], device=j % s_count,
-                           recompute_s=min(c.recompute_s, c.bwd_s))
-    comm = sends[j] + (sends[j - 1] if j > 0 else 0.0)
-    return StageTiming(fwd_s=c.fwd_s + comm, bwd_s=c.bwd_s + comm, send_s=0.0,
-                       device=j % s_count, recompute_s=min(c.recompute_s, c.bwd_s + comm))
 
 
 def _largest_layer_params(graph: LayerGraph, plan: Plan, d: _Device,
@@ -387,36 +316,6 @@ def _largest_layer_params(graph: LayerGraph, plan: Plan, d: _Device,
                 for j in d.chunks for layer in graph.layers[stages[j].layers[0]:
                                                                stages[j].layers[1]]),
                default=0.0)
-
-
-def _merged(costs: tuple[StageCost, ...]) -> StageCost:
-    """One device's chunks as one stage cost (sums; the largest recompute transient)."""
-    worst = max(costs, key=lambda c: c.recompute_transient_bytes)  # its backward peaks
-    return StageCost(
-        fwd_s=sum(c.fwd_s for c in costs), bwd_s=sum(c.bwd_s for c in costs),
-        bwd_weight_s=sum(c.bwd_weight_s for c in costs),
-        params_per_gpu=sum(c.params_per_gpu for c in costs),
-        static_bytes_per_gpu=sum(c.static_bytes_per_gpu for c in costs),
-        optimizer_bytes_per_gpu=sum(c.optimizer_bytes_per_gpu for c in costs),
-        activation_bytes_per_microbatch=sum(c.activation_bytes_per_microbatch for c in costs),
-        p2p_bytes=costs[-1].p2p_bytes,
-        optimizer_step_s=sum(c.optimizer_step_s for c in costs),
-        recompute_transient_bytes=worst.recompute_transient_bytes,
-        recompute_s=sum(c.recompute_s for c in costs),
-        expert_optimizer_bytes_per_gpu=sum(c.expert_optimizer_bytes_per_gpu for c in costs),
-        context_activation_bytes_per_microbatch=sum(
-            c.context_activation_bytes_per_microbatch for c in costs),
-        context_transient_bytes=worst.context_transient_bytes)
-
-
-_ROW_FIELDS = tuple(f.name for f in fields(StageEstimate))
-
-
-def _renumbered(row: StageEstimate, pipeline: int) -> StageEstimate:
-    """`row` of another pipeline (`dataclasses.replace` without its per-call field walk)."""
-    kw = {name: getattr(row, name) for name in _ROW_FIELDS}
-    kw["pipeline"] = pipeline
-    return StageEstimate(**kw)
 
 
 def _stage_row(plan: Plan, d: _Device, merged: StageCost, max_inflight: int, s_count: int,
