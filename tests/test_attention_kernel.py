@@ -32,19 +32,12 @@ from planner.costing.framework import (
 from planner.costing.layer_gemms import layer_gemm_factors
 from planner.costing.validation.mpt_foundry import LLM_FOUNDRY
 from planner.graph.layers import Layer
+from tests.block_layers import block_layer
 
 
 def _mpt_block(h: int = 4096, heads: int = 32, ffn: int = 16384, seq: int = 16384) -> Layer:
     """An MPT-7B block (multi-head attention, a 4h GeLU MLP) at `seq` tokens."""
-    linear = 4 * h * h + 2 * h * ffn
-    attention = 4.0 * seq * seq * h
-    fwd = 2.0 * seq * linear + attention
-    return Layer(index=1, name="blocks.0", kind="block", params=linear + 2 * h, fwd_flops=fwd,
-                 bwd_act_flops=fwd + attention, bwd_weight_flops=2.0 * seq * linear,
-                 fwd_matmul_flops=fwd, fwd_attention_flops=attention, fwd_memory_bytes=1e6,
-                 activation_bytes=1e6, activation_bytes_selective=1e6, activation_bytes_full=1e6,
-                 output_bytes=1e6, tp_allreduce_bytes=1e6, tp_allreduces_fwd=2, max_tp=8,
-                 matmul_dim=h, tp_dims=(heads, heads, ffn))
+    return block_layer(h, heads, heads, ffn, seq, 4 * h * h + 2 * h * ffn, "blocks.0")
 
 
 def test_published_figures() -> None:

@@ -15,6 +15,7 @@ from cost_models.efficiency import compute_constants
 from cost_models.gemm_shape import GemmShape, Tile, gemm_shape_s, shape_factor
 from planner.costing.layer_gemms import layer_gemm_factors, layer_weights
 from planner.graph.layers import Layer
+from tests.block_layers import block_layer
 
 ONE_TILE = (Tile(128, 128, 1.0),)
 WIDE = 200e12  # FLOP/s of a large aligned GEMM
@@ -97,14 +98,7 @@ def _llama_block(h: int = 4096, heads: int = 32, kv: int = 8, ffn: int = 14336,
                  seq: int = 2048) -> Layer:
     head_dim = h // heads
     linear = h * (heads + 2 * kv) * head_dim + heads * head_dim * h + 3 * h * ffn
-    attention = 4.0 * seq * seq * h
-    fwd = 2.0 * seq * linear + attention
-    return Layer(index=1, name="layers.0", kind="block", params=linear + 2 * h, fwd_flops=fwd,
-                 bwd_act_flops=fwd + attention, bwd_weight_flops=2.0 * seq * linear,
-                 fwd_matmul_flops=fwd, fwd_attention_flops=attention, fwd_memory_bytes=1e6,
-                 activation_bytes=1e6, activation_bytes_selective=1e6, activation_bytes_full=1e6,
-                 output_bytes=1e6, tp_allreduce_bytes=1e6, tp_allreduces_fwd=2, max_tp=8,
-                 matmul_dim=h, tp_dims=(heads, kv, ffn))
+    return block_layer(h, heads, kv, ffn, seq, linear, "layers.0")
 
 
 def test_block_weights_from_its_dimensions() -> None:
