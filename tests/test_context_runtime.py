@@ -22,6 +22,21 @@ def _stage(start: int, end: int, ranks: list[int], cp: int, recompute: str = "no
             "recompute": recompute, **({"cp": cp} if cp > 1 else {})}
 
 
+def _dryrun_checked(spec: Any, pipes: list[dict[str, Any]], global_batch: int,
+                    **extra: Any) -> Any:
+    """Run the plan (one rank per stage rank on node `cpu`, ZeRO-1) against one process;
+    gradients and losses within TOL."""
+    world = 1 + max(r for p in pipes for st in p["stages"] for r in st["ranks"])
+    plan = Plan.from_dict({
+        "model": spec.to_dict(), "global_batch_size": global_batch, "micro_batch_size": 1,
+        "schedule": "1f1b", "zero1": True, "pipelines": pipes, **extra,
+        "ranks": [{"rank": r, "node": "cpu", "local_rank": r} for r in range(world)]})
+    res = dryrun(plan, steps=2)
+    assert res.ok, res
+    assert res.params_checked > 0 and res.max_grad_diff <= TOL and res.max_loss_diff <= TOL
+    return res
+
+
 def test_zigzag_chunks_cover_the_sequence_once() -> None:
     # cp 4 over 16 tokens: rank i holds chunks i and 7 - i of 8 (two tokens each).
     assert zigzag_positions(4, 4, 0).tolist() == [0, 1, 14, 15]
@@ -43,13 +58,7 @@ def test_cp2_with_tp_pp_recompute_and_a_plain_replica_passes_dryrun() -> None:
              {"microbatches": 3, "stages": [_stage(0, 2, [3], 2),
                                             _stage(2, 6, [4, 5], 2, "full")]},
              {"microbatches": 1, "stages": [_stage(0, 6, [6], 1)]}]
-    plan = Plan.from_dict({
-        "model": spec.to_dict(), "global_batch_size": 4, "micro_batch_size": 1,
-        "schedule": "1f1b", "zero1": True, "pipelines": pipes,
-        "ranks": [{"rank": r, "node": "cpu", "local_rank": r} for r in range(7)]})
-    res = dryrun(plan, steps=2)
-    assert res.ok, res
-    assert res.params_checked > 0 and res.max_grad_diff <= TOL and res.max_loss_diff <= TOL
+    res = _dryrun_checked(spec, pipes, 4)
     assert res.model["seq_len"] % 4 == 0  # 2 · cp zig-zag chunks
     # Random tokens over V classes start near ln V (both runs could agree on nonsense).
     assert abs(res.reference_losses[0] - math.log(res.model["vocab_size"])) < 0.3
@@ -69,13 +78,7 @@ def test_cp2_with_sequence_parallel_tp2_passes_dryrun() -> None:
                                                    "selective")]}
              for q in range(2)]
     pipes.append({"microbatches": 1, "stages": [_stage(0, 6, [8, 9], 1)]})
-    plan = Plan.from_dict({
-        "model": spec.to_dict(), "global_batch_size": 3, "micro_batch_size": 1,
-        "schedule": "1f1b", "zero1": True, "sequence_parallel": True, "pipelines": pipes,
-        "ranks": [{"rank": r, "node": "cpu", "local_rank": r} for r in range(10)]})
-    res = dryrun(plan, steps=2)
-    assert res.ok, res
-    assert res.params_checked > 0 and res.max_grad_diff <= TOL and res.max_loss_diff <= TOL
+    res = _dryrun_checked(spec, pipes, 3, sequence_parallel=True)
     assert res.model["seq_len"] % 8 == 0  # 2 · cp chunks, each split over TP 2
     assert not res.notes or all("sequence_parallel" not in n for n in res.notes)
     print(f"cp2+sp grad diff {res.max_grad_diff:.3g}, loss diff {res.max_loss_diff:.3g}")
@@ -95,11 +98,5 @@ def test_cp2_with_expert_parallelism_passes_dryrun() -> None:
 
     pipes = [{"microbatches": 2, "stages": [stage(0, 3, 2 * q, 4), stage(3, n, 2 * q + 1, 2)]}
              for q in range(4)]
-    plan = Plan.from_dict({
-        "model": spec.to_dict(), "global_batch_size": 4, "micro_batch_size": 1,
-        "schedule": "1f1b", "zero1": True, "pipelines": pipes,
-        "ranks": [{"rank": r, "node": "cpu", "local_rank": r} for r in range(8)]})
-    res = dryrun(plan, steps=2)
-    assert res.ok, res
-    assert res.params_checked > 0 and res.max_grad_diff <= TOL and res.max_loss_diff <= TOL
+    res = _dryrun_checked(spec, pipes, 4)
     print(f"cp2+ep grad diff {res.max_grad_diff:.3g}, loss diff {res.max_loss_diff:.3g}")
