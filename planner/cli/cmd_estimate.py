@@ -198,18 +198,18 @@ def estimate(
                            capacity_factor=capacity_factor)
         title = f"{model.name} on {cl.name}"
         graph = model.graph
+    levels = priced_zero_stages(plan, graph, fw)
+    zero_note = zero_downgrade_note(plan, levels)
     if json_out:
         record = {**est.to_dict(), **batch_record(plan, graph.seq_len)}
         if (plan.model or {}).get("num_experts"):
             record["moe"] = {"capacity_factor": capacity_factor, "routing": "balanced on "
                              "average; busiest expert at capacity_factor × the mean load"}
-        zero_note = zero_downgrade_note(plan, graph, fw)
         if zero_note:
-            record["zero_priced"] = [list(r) for r in priced_zero_stages(plan, graph, fw)]
+            record["zero_priced"] = [list(r) for r in levels]
         print_json(record)
     else:
         _print(est, title, plan, capacity_factor, graph.seq_len, fw.cp_ring_overlap)
-        zero_note = zero_downgrade_note(plan, graph, fw)
         if zero_note:
             console.print(f"note: {zero_note}")
     if not est.feasible:

@@ -47,9 +47,9 @@ def priced_zero_stages(plan: Plan, graph: LayerGraph,
                        for st in pipe.stages) for pipe in plan.pipelines)
 
 
-def zero_downgrade_note(plan: Plan, graph: LayerGraph, framework: Framework) -> str | None:
-    """One line for `estimate` when some stages are priced below the plan's ZeRO stage."""
-    levels = priced_zero_stages(plan, graph, framework)
+def zero_downgrade_note(plan: Plan, levels: tuple[tuple[int, ...], ...]) -> str | None:
+    """One line for `estimate` when some of `levels` (`priced_zero_stages`) are below the
+    plan's ZeRO stage."""
     flat = [z for row in levels for z in row]
     low = sum(z < plan.zero_stage for z in flat)
     if not low:
