@@ -19,7 +19,12 @@ from cost_models.profiles import ProfileSet
 from cost_models.te_activations import te_block_replicated_bytes, te_block_saved_bytes
 from planner.costing.framework import DEFAULT_FRAMEWORK, Framework
 from planner.costing.layer_gemms import layer_gemm_factors
-from planner.costing.vocab_cost import head_split_bytes, vocab_tp_comm_s, whole_params
+from planner.costing.vocab_cost import (
+    head_input_whole_under_sp,
+    head_split_bytes,
+    vocab_tp_comm_s,
+    whole_params,
+)
 from planner.graph.layers import Layer, LayerGraph
 
 __all__ = ["kv_bytes_per_sequence", "layer_costs", "tp_split"]
@@ -207,11 +212,9 @@ def layer_costs(layer: Layer, graph: LayerGraph, gpu: GpuSpec, tp: int, mb: int,
     # rank with or without SP: a vocab split divides its gradient, not its activations.
     split_act = split and layer.kind != "embedding"
     act = activation_bytes_per_gpu(b * saved, b * rep_per_seq, t, sp) if split_act else b * saved
-    if split and layer.kind == "head" and not (sp and fw.name != DEFAULT_FRAMEWORK.name):
+    if split and layer.kind == "head" and (not sp or head_input_whole_under_sp(fw)):
         # Only the loss's log-probabilities split with the vocabulary; the final norm's input
-        # and the LM head's input are whole on every TP rank, with SP too in hetplan's
-        # runtime, which gathers the sequence before the head (runtime/seqpar.py). (Under SP,
-        # Megatron and torchtitan run the final norm sequence-parallel: left as priced.)
+        # and the LM head's input are whole on every TP rank (vocab_cost.py).
         vocab_part = head_split_bytes(layer, graph, saved)
         act = b * (saved - vocab_part) + b * vocab_part / t
     # Eager attention's s×s probabilities (framework.py), split with the heads: kept per

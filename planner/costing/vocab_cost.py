@@ -13,10 +13,11 @@ sequence parallelism (megatron/core/tensor_parallel/mappings.py,
 from __future__ import annotations
 
 from cost_models.comm import Link, allreduce_s
+from planner.costing.framework import DEFAULT_FRAMEWORK, Framework
 from planner.graph.layers import Layer, LayerGraph
 
-__all__ = ["LOSS_ALLREDUCES", "LOGPROB_BYTES", "head_split_bytes", "vocab_params",
-           "vocab_tp_comm_s", "whole_params"]
+__all__ = ["LOSS_ALLREDUCES", "LOGPROB_BYTES", "head_input_whole_under_sp", "head_split_bytes",
+           "vocab_params", "vocab_tp_comm_s", "whole_params"]
 
 LOGPROB_BYTES = 4
 """Bytes per logit the loss keeps for the backward: the fp32 log-probabilities (our
@@ -58,6 +59,15 @@ def head_split_bytes(layer: Layer, graph: LayerGraph, saved: float) -> float:
     if layer.kind != "head" or layer.vocab_size <= 0:
         return saved
     return min(saved, float(graph.seq_len) * layer.vocab_size * LOGPROB_BYTES)
+
+
+def head_input_whole_under_sp(fw: Framework) -> bool:
+    """Whether the head's hidden-sized inputs stay whole on every TP rank under sequence
+    parallelism too: hetplan's runtime gathers the sequence at the end of the SP blocks, so
+    the head sees whole activations (runtime/seqpar.py). Megatron and torchtitan run the
+    final norm sequence-parallel (Megatron's output layer also saves its split input and
+    gathers it again in the backward), so for their records the ÷ TP price stays."""
+    return fw.name == DEFAULT_FRAMEWORK.name
 
 
 def vocab_tp_comm_s(layer: Layer, graph: LayerGraph, sequences: float, tp: int,
