@@ -61,8 +61,9 @@ def layer_costs(layer: Layer, graph: LayerGraph, gpu: GpuSpec, tp: int, mb: int,
     cp, cp_link = context
     if layer.kind in ("embedding", "head"):
         # Only the layers between them are ever recomputed: the runtime checkpoints chain
-        # elements 0 < e < last (runtime/engine.py, stage.apply_recompute), Megatron and
-        # torchtitan their transformer layers; the head and its loss always keep everything.
+        # elements 0 < e < last (runtime/engine.py, stage.apply_recompute); Megatron,
+        # DeepSpeed's PipelineModule (`_is_checkpointable`) and torchtitan their transformer
+        # layers: the head and its loss always keep everything.
         recompute = "none"
     # Context parallelism gives each GPU seq/cp of every sequence: 2 of 2·cp zig-zag chunks,
     # so even the causal attention core divides evenly (Megatron-Core context parallelism;
