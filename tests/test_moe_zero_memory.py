@@ -21,7 +21,7 @@ EXPERTS_PER_GPU = E * 3 * H * FFN // EP
 def _stage1(capsys: pytest.CaptureFixture[str], zero: str) -> dict[str, float]:
     code, out, err = run_cli(["estimate", "mixtral-8x7b", "dgx-a100", "--tp", "1", "--pp", "4",
                               "--dp", str(DP), "--ep", str(EP), "--global-batch", "64",
-                              "--recompute", "full", "--framework", "megatron", "--zero", zero,
+                              "--recompute", "full", "--framework", "torchtitan", "--zero", zero,
                               "--json"], capsys)
     assert code == 0, err
     row = json.loads(out)["stages"][1]

@@ -199,7 +199,7 @@ def estimate(
         title = f"{model.name} on {cl.name}"
         graph = model.graph
     levels = priced_zero_stages(plan, graph, fw)
-    zero_note = zero_downgrade_note(plan, levels)
+    zero_note = zero_downgrade_note(plan, levels, fw)
     if json_out:
         record = {**est.to_dict(), **batch_record(plan, graph.seq_len)}
         if (plan.model or {}).get("num_experts"):
