@@ -1,6 +1,7 @@
 """What a transformer block of hetplan's runtime saves for its backward, measured with
-saved-tensor hooks on the real block split by the real `stage.apply_tp`, in ONE process over a
-fake TP process group, against the graph and `estimate`.
+saved-tensor hooks on the real block split by the real `stage.apply_tp`, in ONE worker process
+over a fake TP process group (forked by `run_local`, so this process starts no process group),
+against the graph and `estimate`.
 
 On CPU (here) torch's `rms_norm` is its composite, which keeps the normalised input for the
 weight's gradient beside its input; CUDA runs `_fused_rms_norm`, whose backward keeps only the
@@ -24,17 +25,17 @@ from planner.costing.stage_cost import stage_cost
 from planner.graph.extract import extract
 from planner.graph.load_spec import load_model_spec
 from planner.models import build_element
+from planner.runtime.local import run_local
 from planner.runtime.stage import ChunkModule, apply_tp
 from tests.test_cost_fixtures import gpu
 
 
 @contextlib.contextmanager
-def _fake_tp(tp: int) -> Iterator[Any]:
+def fake_tp(tp: int) -> Iterator[Any]:
+    """A 1-D TP mesh of `tp` ranks in this (worker) process: torch's fake process group."""
     from torch.distributed.device_mesh import init_device_mesh
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
-    if dist.is_initialized():
-        pytest.skip("a process group is already initialised in this process")
     dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=tp)
     try:
         yield init_device_mesh("cpu", (tp,))
@@ -49,9 +50,13 @@ def _local(t: torch.Tensor) -> torch.Tensor:
 def _block_saved_bytes(name: str, tp: int) -> int:
     """Bytes of the distinct storages one block of `name` saves for one sequence on one TP
     rank (weights apart), as the runtime's chunk runs it."""
+    return run_local(_block_worker, 1, name, tp)[0]
+
+
+def _block_worker(rank: int, world: int, store_dir: str, name: str, tp: int) -> int:
     spec = load_model_spec(name)
     block = build_element(spec, 1, device="cpu")
-    with _fake_tp(tp) as mesh:
+    with fake_tp(tp) as mesh:
         if tp > 1:
             apply_tp(block, mesh, "block")
         weights = {_local(p).untyped_storage().data_ptr() for p in block.parameters()}

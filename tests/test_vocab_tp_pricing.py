@@ -1,19 +1,17 @@
 """`estimate` against what hetplan's runtime does with a vocab-split embedding and LM head,
-measured on the real chain elements split by the real `stage.apply_vocab_tp`, in ONE process
-over a fake TP process group (shapes and autograd are the runtime's; collectives move
-nothing): the bytes the head and its loss save for the backward (saved-tensor hooks), the
-parameters each TP rank holds, and the collectives each pass runs (the profiler's record of
-the c10d calls). Expected figures come from those runs; the prices from `stage_cost`."""
+measured on the real chain elements split by the real `stage.apply_vocab_tp`, in ONE worker
+process over a fake TP process group (shapes and autograd are the runtime's; collectives move
+nothing; forked by `run_local`, so this process starts no process group): the bytes the
+head and its loss save for the backward (saved-tensor hooks), the parameters each TP rank
+holds, and the collectives each pass runs (the profiler's record of the c10d calls).
+Expected figures come from those runs; the prices from `stage_cost`."""
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import torch
-import torch.distributed as dist
 from torch.distributed.tensor import DTensor
 
 from cost_models.comm import allreduce_s
@@ -23,24 +21,10 @@ from planner.costing.stage_cost import stage_cost
 from planner.graph.extract import extract
 from planner.graph.load_spec import load_model_spec
 from planner.models import build_element, loss_fn
+from planner.runtime.local import run_local
 from planner.runtime.stage import apply_vocab_tp
-from tests.test_block_activations import composite_norm_bytes
+from tests.test_block_activations import composite_norm_bytes, fake_tp
 from tests.test_cost_fixtures import gpu
-
-
-@contextlib.contextmanager
-def _fake_tp(tp: int) -> Iterator[Any]:
-    """A 1-D TP mesh of `tp` ranks in this process (torch's fake process group)."""
-    from torch.distributed.device_mesh import init_device_mesh
-    from torch.testing._internal.distributed.fake_pg import FakeStore
-
-    if dist.is_initialized():
-        pytest.skip("a process group is already initialised in this process")
-    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=tp)
-    try:
-        yield init_device_mesh("cpu", (tp,))
-    finally:
-        dist.destroy_process_group()
 
 
 def _local(t: torch.Tensor) -> torch.Tensor:
@@ -54,6 +38,18 @@ def _split(name: str, tp: int, mesh: Any) -> tuple[Any, torch.nn.Module, torch.n
     assert apply_vocab_tp(emb, "embedding", mesh, {}, True)
     assert apply_vocab_tp(head, "head", mesh, {}, True)
     return spec, emb, head
+
+
+def _head_worker(rank: int, world: int, store_dir: str, name: str, tp: int) -> int:
+    with fake_tp(tp) as mesh:
+        spec, _, head = _split(name, tp, mesh)
+        return _head_saved_bytes(spec, head)
+
+
+def _held_worker(rank: int, world: int, store_dir: str, name: str, tp: int) -> list[int]:
+    with fake_tp(tp) as mesh:
+        _, emb, head = _split(name, tp, mesh)
+        return [sum(_local(p).numel() for p in m.parameters()) for m in (emb, head)]
 
 
 def _head_saved_bytes(spec: Any, head: torch.nn.Module) -> int:
@@ -90,9 +86,8 @@ def test_head_keeps_its_hidden_inputs_whole_and_splits_the_logprobs(name: str, t
     # not keep the normalised copy). Priced the same with SP (the runtime gathers the
     # sequence before the head) and under any recompute (the head is never recomputed;
     # before, full recompute priced only its input: 4,096 B at TP 2).
-    with _fake_tp(tp) as mesh:
-        spec, _, head = _split(name, tp, mesh)
-        measured = _head_saved_bytes(spec, head) - composite_norm_bytes(name)
+    spec = load_model_spec(name)
+    measured = run_local(_head_worker, 1, name, tp)[0] - composite_norm_bytes(name)
     graph = extract(spec)
     last = len(graph.layers) - 1
     for recompute in ("none", "selective", "full"):
@@ -110,9 +105,8 @@ def test_each_tp_rank_holds_the_position_table_and_final_norm_whole(name: str) -
     # stay whole on every TP rank; only the token table's rows and the LM head's columns
     # split. Before: tiny's embedding 9,216 elements priced vs 10,240 held at TP 2.
     tp = 2
-    with _fake_tp(tp) as mesh:
-        spec, emb, head = _split(name, tp, mesh)
-        held = [sum(_local(p).numel() for p in m.parameters()) for m in (emb, head)]
+    spec = load_model_spec(name)
+    held = run_local(_held_worker, 1, name, tp)[0]
     graph = extract(spec)
     last = len(graph.layers) - 1
     for (start, end), n in zip(((0, 1), (last, last + 1)), held, strict=True):
@@ -138,14 +132,12 @@ def _collectives(run: Any) -> list[int]:
     return sizes
 
 
-def test_each_pass_prices_the_collectives_it_runs() -> None:
-    # The embedding all-reduces its partial lookups forward, nothing backward; the head
-    # nothing forward but the loss's three per-token numbers, and its input's gradient
-    # backward. Before: one s·h all-reduce priced in both passes of both layers.
+def _collectives_worker(rank: int, world: int, store_dir: str,
+                        tp: int) -> dict[str, tuple[list[int], list[int]]]:
+    """The all-reduces tiny-llama's split embedding and head run, per pass."""
     from torch.distributed.tensor.parallel import loss_parallel
 
-    tp = 2
-    with _fake_tp(tp) as mesh:
+    with fake_tp(tp) as mesh:
         spec, emb, head = _split("tiny-llama", tp, mesh)
         ids = torch.randint(0, spec.vocab_size, (1, spec.seq_len))
         x = torch.randn(1, spec.seq_len, spec.hidden_size, requires_grad=True)
@@ -159,9 +151,18 @@ def test_each_pass_prices_the_collectives_it_runs() -> None:
             with loss_parallel():
                 out["head"].backward()
 
-        runs = {"embedding": (_collectives(lambda: out.update(emb=emb(ids))),
+        return {"embedding": (_collectives(lambda: out.update(emb=emb(ids))),
                               _collectives(lambda: out["emb"].sum().backward())),
                 "head": (_collectives(head_fwd), _collectives(head_bwd))}
+
+
+def test_each_pass_prices_the_collectives_it_runs() -> None:
+    # The embedding all-reduces its partial lookups forward, nothing backward; the head
+    # nothing forward but the loss's three per-token numbers, and its input's gradient
+    # backward. Before: one s·h all-reduce priced in both passes of both layers.
+    tp = 2
+    spec = load_model_spec("tiny-llama")
+    runs = run_local(_collectives_worker, 1, tp)[0]
     assert runs == {"embedding": ([spec.seq_len * spec.hidden_size], []),
                     "head": ([spec.seq_len] * 3, [spec.seq_len * spec.hidden_size])}
     graph = extract(spec)
