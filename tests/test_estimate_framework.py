@@ -165,7 +165,8 @@ def test_runtime_splits_embedding_and_head_when_tp_divides_the_vocabulary() -> N
 def test_whole_head_costs_its_full_state_and_logits_in_memory() -> None:
     """Peak memory of the last stage at TP 4, embedding and head whole minus split: the head's
     16 B/param of mixed-precision Adam state and its loss's fp32 log-probabilities (4·s·V B),
-    3/4 of each, and the loss's transient buffers; the head's 2·s·h B of hidden-sized inputs are whole either way."""
+    3/4 of each, and the loss's transient buffers; the head's 2·s·h B of hidden-sized inputs
+    are whole either way."""
     graph = _with_vocab(gpt_graph(layers=2, vocab=51200), 51200)
     head = graph.layers[-1]
     cl = cluster(("a", gpu(), 2, 4, 100.0, None))
