@@ -50,8 +50,9 @@ class StageCost:
     optimizer_step_s: float
     """Adam step for this GPU's parameters (memory-bound), unsharded."""
     recompute_transient_bytes: float = 0.0
-    """Extra bytes the backward of one layer needs at once: its recomputed activations, and
-    under context parallelism the gathered K/V's (0 without recompute or cp)."""
+    """Extra bytes one layer's passes need at once, the largest over the stage's layers (peaks
+    of different phases do not add): a block's recomputed activations and under context
+    parallelism the gathered K/V's; the head's loss buffers (vocab_cost.loss_transient_bytes)."""
     recompute_s: float = 0.0
     """The part of `bwd_s` spent re-running forward work (drawn apart in Gantt charts)."""
     expert_optimizer_bytes_per_gpu: float = 0.0
@@ -76,7 +77,7 @@ class LayerCostTable:
     activation_bytes: tuple[float, ...]
     update_s: tuple[float, ...]
     transient_bytes: tuple[float, ...]
-    """Per layer (not a prefix sum): the recompute transient of that layer."""
+    """Per layer (not a prefix sum): the transient of that layer (recompute, cp K/V, loss)."""
     output_bytes: tuple[float, ...]
     """Per layer (not a prefix sum): bytes of the layer's output for one micro-batch."""
     state_bytes_per_param: float
