@@ -117,6 +117,8 @@ class Search:
         # priced, which the re-costing meets again.
         self.judged: dict[tuple, tuple[Plan, Callable[[Plan], Estimate], Estimate]] = {}
         self.steps: list[tuple[int, str]] = []
+        # plans(): entry contents -> placement -> its Plan (None: unplaceable).
+        self.built: dict[tuple, dict[str, Plan | None]] = {}
         small = sum(self.gpus) <= _SMALL_CLUSTER
         self.small = small
         self.skipped_same_budget = 0
@@ -331,7 +333,7 @@ class Search:
         if not entries or self.objective != "throughput" or self.budget is not None:
             return
         for entry in sorted(entries, key=lambda r: (r[0], repr(r[1])))[:2]:
-            for plan in self.plans(entry)[:1]:
+            for plan in self.plans(entry, first=True):
                 if plan.schedule not in self.allowed:
                     continue  # only a plan of the space asked for may prune it
                 # `estimate` itself, through the judge the sharding post-pass will want for
@@ -343,15 +345,27 @@ class Search:
                 if est.feasible:
                     self.incumbent = min(self.incumbent, est.iteration_time_s)
 
-    def plans(self, entry) -> list[Plan]:
+    def plans(self, entry, first: bool = False) -> list[Plan]:
+        """The entry's plan under each placement (distinct ones); with `first`, only the first
+        placement that places. Built once per entry: the incumbent's refresh and the
+        re-costing meet the same entries (plans are immutable, so sharing them is safe)."""
         _, _, b, schedule, classes, counts = entry
-        out = []
+        # Everything build_plan reads of the entry.
+        key = (b, schedule, tuple(counts),
+               tuple((c.template.key(), c.replicas, c.devices) for c in classes))
+        built = self.built.setdefault(key, {})
+        out: list[Plan] = []
         for placement in PLACEMENTS:
-            p = build_plan(self.cluster, classes, counts, model_spec=self.spec,
-                           global_batch_size=self.gbs, micro_batch=b, schedule=schedule,
-                           sequence_parallel=self.sp, placement=placement)
+            if placement not in built:
+                built[placement] = build_plan(
+                    self.cluster, classes, counts, model_spec=self.spec,
+                    global_batch_size=self.gbs, micro_batch=b, schedule=schedule,
+                    sequence_parallel=self.sp, placement=placement)
+            p = built[placement]
             if p is not None and all(p != q for q in out):
                 out.append(p)
+                if first:
+                    break
         return out
 
     def rank_key(self, est: Estimate, plan: Plan) -> tuple:
