@@ -119,6 +119,7 @@ class Search:
         self.steps: list[tuple[int, str]] = []
         # plans(): entry contents -> placement -> its Plan (None: unplaceable).
         self.built: dict[tuple, dict[str, Plan | None]] = {}
+        self.splits: dict[tuple, tuple] = {}  # heterogeneous_plans' splits, kept
         small = sum(self.gpus) <= _SMALL_CLUSTER
         self.small = small
         self.skipped_same_budget = 0
@@ -316,7 +317,8 @@ class Search:
                 return self.memo[key]
 
             for score, key, combo, counts in heterogeneous_plans(
-                    solver, choices, total_mb, schedule, per_island=16 if exhaustive else 1):
+                    solver, choices, total_mb, schedule, per_island=16 if exhaustive else 1,
+                    splits=self.splits):
                 gpus: dict[int, int] = {}
                 for isl, cls in zip((k[0] for k in key), combo, strict=True):
                     for slot, u in enumerate(cls.template.usage):
