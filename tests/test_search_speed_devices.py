@@ -61,3 +61,27 @@ def test_plans_built_unvalidated_pass_full_validation() -> None:
         result = plan(load_model(name), load_cluster(where), top_k=10)
         for p in result.candidates:
             assert Plan.from_dict(p.to_dict()) == p
+
+
+def test_trusted_construction_is_model_construct() -> None:
+    """`assemble._trusted` sets what pydantic's `model_construct` sets, for the three models
+    `build_plan` builds that way (every field given, in declaration order)."""
+    from planner.schema import Pipeline, RankInfo, Stage
+    from planner.search.assemble import _trusted
+
+    stage = {"layers": (0, 3), "gpu": "A100-SXM4-40GB", "tp": 2, "ranks": (4, 5),
+             "recompute": "selective", "ep": None, "cp": 2}
+    cases = ((Stage, stage), (RankInfo, {"rank": 3, "node": "a100-1", "local_rank": 1}),
+             (Pipeline, {"microbatches": 4, "stages": (Stage.model_validate(stage),),
+                         "shard_fraction": None}))
+    for cls, values in cases:
+        assert list(values) == list(cls.model_fields)  # every field, declaration order
+        assert not any(f.alias or f.validation_alias for f in cls.model_fields.values())
+        ours, theirs = _trusted(cls, dict(values)), cls.model_construct(**values)
+        assert list(ours.__dict__.items()) == list(theirs.__dict__.items())
+        assert ours.model_fields_set == theirs.model_fields_set
+        assert ours.__pydantic_extra__ == theirs.__pydantic_extra__
+        assert ours.__pydantic_private__ == theirs.__pydantic_private__
+        assert ours == theirs and repr(ours) == repr(theirs)
+        assert ours.model_dump_json() == theirs.model_dump_json()
+        assert cls.model_validate(values) == ours  # and the values are valid ones

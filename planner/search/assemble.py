@@ -92,6 +92,22 @@ def _place(cluster: Cluster, requests: list[tuple[int, int, tuple[int, int, int]
     return out
 
 
+def _trusted(cls: type[Any], values: dict[str, Any]) -> Any:
+    """`cls.model_construct(**values)` for models without aliases, defaults left out or
+    post-init hooks, given every field in declaration order: the same four attributes set,
+    without model_construct's per-field alias and default lookups (thousands per search;
+    `tests/test_search_speed_devices.py` checks the two agree)."""
+    m = cls.__new__(cls)
+    _set(m, "__dict__", values)
+    _set(m, "__pydantic_fields_set__", set(values))
+    _set(m, "__pydantic_extra__", None)
+    _set(m, "__pydantic_private__", None)
+    return m
+
+
+_set = object.__setattr__
+
+
 def build_plan(cluster: Cluster, classes: Sequence[PipelineClass], microbatches: Sequence[int],
                *, model_spec: dict[str, Any] | None, global_batch_size: int, micro_batch: int,
                schedule: str, sequence_parallel: bool, placement: str) -> Plan | None:
@@ -126,13 +142,13 @@ def build_plan(cluster: Cluster, classes: Sequence[PipelineClass], microbatches:
             # Built unvalidated (thousands per search): the values are plain ints and strings
             # of the types the fields hold, a stage's tp ranks come from `_place`, and the
             # Plan below still runs its own checks over the whole structure.
-            stages.append(Stage.model_construct(
-                layers=(int(st.start), int(st.end)), gpu=cluster.groups[g_idx].gpu.name,
-                tp=int(tp), ranks=ranks, recompute=RECOMPUTE[st.recompute],
-                ep=int(ep) if ep > 1 else None, cp=int(cp) if cp > 1 else None))
-        pipelines.append(Pipeline.model_construct(microbatches=int(microbatches[p_idx]),
-                                                  stages=tuple(stages), shard_fraction=None))
-    ranks = tuple(RankInfo.model_construct(rank=r, node=names[n], local_rank=int(loc))
+            stages.append(_trusted(Stage, {
+                "layers": (int(st.start), int(st.end)), "gpu": cluster.groups[g_idx].gpu.name,
+                "tp": int(tp), "ranks": ranks, "recompute": RECOMPUTE[st.recompute],
+                "ep": int(ep) if ep > 1 else None, "cp": int(cp) if cp > 1 else None}))
+        pipelines.append(_trusted(Pipeline, {"microbatches": int(microbatches[p_idx]),
+                                             "stages": tuple(stages), "shard_fraction": None}))
+    ranks = tuple(_trusted(RankInfo, {"rank": r, "node": names[n], "local_rank": int(loc)})
                   for (n, loc), r in sorted(rank_of.items(), key=lambda kv: kv[1]))
     return Plan(model=model_spec, cluster=cluster.spec, global_batch_size=global_batch_size,
                 micro_batch_size=micro_batch, schedule=schedule,

@@ -319,12 +319,14 @@ class Search:
             for score, key, combo, counts in heterogeneous_plans(
                     solver, choices, total_mb, schedule, per_island=16 if exhaustive else 1,
                     splits=self.splits):
+                full = (b, schedule, key)
+                if full in seen:
+                    continue  # an earlier pass's entry
                 gpus: dict[int, int] = {}
                 for isl, cls in zip((k[0] for k in key), combo, strict=True):
                     for slot, u in enumerate(cls.template.usage):
                         gpus[isl[slot]] = gpus.get(isl[slot], 0) + cls.replicas * u
-                full = (b, schedule, key)
-                if full not in seen and self.price_ok(gpus):
+                if self.price_ok(gpus):
                     seen.add(full)
                     new.append((self.score(score, gpus), full, b, schedule, combo, counts))
         raw.extend(new)
