@@ -224,7 +224,7 @@ class _Program:
         best_val, best_k, best_u = inf, -1, -1
         for k in range(1, len(values)):
             row = values[k][0]
-            u = int(np.argmin(row))
+            u = int(row.argmin())
             if row[u] < best_val:
                 best_val, best_k, best_u = float(row[u]), k, u
         if best_k < 0:
@@ -268,7 +268,7 @@ class _Program:
         best_val, best_k, best_u = np.inf, -1, -1
         for k in range(1, min(k_max, len(self.values) - 1) + 1):
             row = self.values[k][0]
-            u = int(np.argmin(row))
+            u = int(row.argmin())
             if row[u] < best_val:
                 best_val, best_k, best_u = float(row[u]), k, u
         return None if best_k < 0 else self._trace(best_k, best_u, cap, minmax)
@@ -315,7 +315,7 @@ class _Program:
                 c = self._stage_row(o, k, i, cap, minmax)
                 g = values[k - 1][:, u2]
                 row = np.maximum(c, g) if minmax else c + g
-                j = int(np.argmin(row))
+                j = int(row.argmin())
                 if row[j] == target:
                     break
             else:  # pragma: no cover - the values came from these very sums
