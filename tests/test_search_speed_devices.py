@@ -85,3 +85,18 @@ def test_trusted_construction_is_model_construct() -> None:
         assert ours == theirs and repr(ours) == repr(theirs)
         assert ours.model_dump_json() == theirs.model_dump_json()
         assert cls.model_validate(values) == ours  # and the values are valid ones
+
+
+def test_by_score_is_the_sort_by_score_and_repr() -> None:
+    """`engine.by_score` orders candidate entries as one sort by (score, repr(contents))
+    does, ties on both kept in input order, on entries with many tied scores."""
+    import random
+
+    from planner.search.engine import by_score
+
+    rng = random.Random(7)
+    for _ in range(200):
+        entries = [(rng.choice([1.5, 2.0, 2.0, 3.25, float("inf")]),
+                    (rng.randrange(3), ("1f1b", rng.randrange(3))), k)
+                   for k in range(rng.randrange(0, 30))]
+        assert by_score(entries) == sorted(entries, key=lambda r: (r[0], repr(r[1])))

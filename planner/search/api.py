@@ -32,6 +32,7 @@ from planner.search.engine import (
     _SMALL_CLUSTER,
     OBJECTIVES,
     Search,
+    by_score,
     default_batch,
     model_spec,
     plan_key,
@@ -231,7 +232,7 @@ def plan(model: Any, cluster: Any, *, global_batch_size: int | None = None,
                      profiles=profiles, progress=progress, framework=framework)
     search.allowed = wanted
     raw = search.run(sizes, scheds)
-    raw.sort(key=lambda r: (r[0], repr(r[1])))
+    raw = by_score(raw)  # the order of the key (score, repr(contents))
     small = len(raw) <= _COST_ALL_BELOW and search.small
     chosen = raw if small else raw[:max(_COST_TOP, 2 * top_k)]
     costed: list[tuple[tuple, Plan, Estimate]] = []
