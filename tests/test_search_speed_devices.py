@@ -100,3 +100,41 @@ def test_by_score_is_the_sort_by_score_and_repr() -> None:
                     (rng.randrange(3), ("1f1b", rng.randrange(3))), k)
                    for k in range(rng.randrange(0, 30))]
         assert by_score(entries) == sorted(entries, key=lambda r: (r[0], repr(r[1])))
+
+
+def _first_fit(cluster, requests):
+    """Plain first fit, every node's slots scanned (what `_place` must answer)."""
+    free = {g: [(name, [True] * group.gpus_per_node) for name in group.node_names()]
+            for g, group in enumerate(cluster.groups)}
+    out = {}
+    for r in sorted(range(len(requests)), key=lambda r: (-requests[r][1], r)):
+        g, tp, key = requests[r]
+        spot = next(((name, start) for name, slots in free[g]
+                     for start in range(0, len(slots), tp) if all(slots[start:start + tp])),
+                    None)
+        if spot is None:
+            return None
+        name, start = spot
+        slots = dict(free[g])[name]
+        slots[start:start + tp] = [False] * tp
+        out[key] = (name, tuple(range(start, start + tp)))
+    return out
+
+
+def test_placement_skips_change_no_first_fit() -> None:
+    """`assemble._place` passes over full nodes and nodes with too few free GPUs; it must
+    place every request where plain first fit does (and fail where it fails)."""
+    import random
+
+    from planner.search.assemble import _place
+
+    cluster = load_cluster("bench-64")
+    rng = random.Random(3)
+    for _ in range(300):
+        requests = []
+        for k in range(rng.randrange(1, 40)):
+            g = rng.randrange(len(cluster.groups))
+            gpn = cluster.groups[g].gpus_per_node
+            tp = rng.choice([t for t in (1, 2, 4, 8) if gpn % t == 0])
+            requests.append((g, tp, (k, 0, g)))
+        assert _place(cluster, requests) == _first_fit(cluster, requests)

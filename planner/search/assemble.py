@@ -68,20 +68,38 @@ def split_microbatches(total: int, pipelines: Sequence[tuple[float, float, int]]
 
 def _place(cluster: Cluster, requests: list[tuple[int, int, tuple[int, int, int]]],
            ) -> dict[tuple[int, int, int], tuple[str, tuple[int, ...]]] | None:
-    """requests: (group, tp, key) in preference order -> key: (node name, local ranks)."""
+    """requests: (group, tp, key) in preference order -> key: (node name, local ranks).
+
+    First fit over the group's nodes in order. Nodes that cannot hold the request are passed
+    over without a look at their slots (first fit places nothing there either): the full
+    nodes at the front of the group, and any node with fewer free GPUs than the request's
+    (1024 GPUs: the scan otherwise dominates the plan's assembly)."""
     free: dict[int, list[tuple[str, list[bool]]]] = {}
+    left: dict[int, list[int]] = {}  # free GPUs per node
+    first: dict[int, int] = {}  # nodes before it are full
     for g_idx, group in enumerate(cluster.groups):
         free[g_idx] = [(name, [True] * group.gpus_per_node) for name in group.node_names()]
+        left[g_idx] = [group.gpus_per_node] * len(free[g_idx])
+        first[g_idx] = 0
     out: dict[tuple[int, int, int], tuple[str, tuple[int, ...]]] = {}
     order = sorted(range(len(requests)), key=lambda r: (-requests[r][1], r))
     for r in order:
         g_idx, tp, key = requests[r]
+        nodes, counts = free[g_idx], left[g_idx]
+        k = first[g_idx]
+        while k < len(nodes) and counts[k] == 0:
+            k += 1
+        first[g_idx] = k
         placed = False
-        for name, slots in free[g_idx]:
+        for at in range(k, len(nodes)):
+            if counts[at] < tp:
+                continue
+            name, slots = nodes[at]
             for start in range(0, len(slots), tp):
                 if all(slots[start:start + tp]):
                     for x in range(start, start + tp):
                         slots[x] = False
+                    counts[at] -= tp
                     out[key] = (name, tuple(range(start, start + tp)))
                     placed = True
                     break
