@@ -145,7 +145,8 @@ def megatron_plan(model: Any, cluster: Cluster, *, tp: int, pp: int, dp: int, mi
         "model": _spec_dict(model), "cluster": dict(cluster.spec) if cluster.spec else None,
         "global_batch_size": global_batch, "micro_batch_size": micro_batch,
         "schedule": schedule, "virtual_stages": virtual_stages,
-        "sequence_parallel": sequence_parallel, "zero1": zero1, "zero": zero,
+        # `zero1` (an argument, not a plan field) asks for at least stage 1.
+        "sequence_parallel": sequence_parallel, "zero": max(zero, int(zero1)),
         "pipelines": [p.model_dump() for p in pipelines],
         "ranks": [r.model_dump() for r in ranks_table],
     }
