@@ -25,6 +25,7 @@ from planner.cli.options import (
     SeqLenOption,
     finite_option,
     load_profiles,
+    note_calibration_gpus,
     parse_seq_len,
     use_calibration,
 )
@@ -179,6 +180,7 @@ def estimate(
         checked = load_checked(model_or_plan, cluster, seq_len=seq_len)
         plan, graph = checked.plan, checked.graph
         fw = framework_named(framework, plan.predicted)
+        note_calibration_gpus(checked.cluster.gpu_counts())
         check_capacity_factor(capacity_factor, graph, "--capacity-factor")
         est = run_estimate(None, checked.cluster, plan, profiles=profiles, framework=fw,
                            capacity_factor=capacity_factor)
@@ -194,6 +196,7 @@ def estimate(
             virtual_stages=virtual_stages, zero1=zero_stage >= 1, zero=zero_stage, ep=ep,
             cp=cp)
         fw = framework_named(framework)
+        note_calibration_gpus(cl.gpu_counts())
         check_capacity_factor(capacity_factor, model.graph, "--capacity-factor")
         est = run_estimate(model, cl, plan, profiles=profiles, framework=fw,
                            capacity_factor=capacity_factor)
