@@ -78,3 +78,10 @@ def test_editing_zero_to_0_turns_sharding_off() -> None:
         return max(s.peak_memory_gib for s in estimate(model, cluster, p).stages)
 
     assert peak(edited) == peak(off) > peak(on)
+
+
+@pytest.mark.parametrize("value", [True, "1", 1.5])
+def test_a_zero_stage_that_is_not_a_whole_number_is_refused(value: object) -> None:
+    # pydantic's lax mode would read true or "1" as stage 1.
+    with pytest.raises(SpecError, match="zero: .* is not a whole number"):
+        Plan.from_dict(_data(zero=value))
