@@ -170,5 +170,5 @@ def build_plan(cluster: Cluster, classes: Sequence[PipelineClass], microbatches:
                   for (n, loc), r in sorted(rank_of.items(), key=lambda kv: kv[1]))
     return Plan(model=model_spec, cluster=cluster.spec, global_batch_size=global_batch_size,
                 micro_batch_size=micro_batch, schedule=schedule,
-                sequence_parallel=sequence_parallel, zero1=len(pipes) > 1,
+                sequence_parallel=sequence_parallel, zero=int(len(pipes) > 1),
                 pipelines=tuple(pipelines), ranks=ranks)
