@@ -95,3 +95,21 @@ def test_each_sp_run_prices_its_edge_all_gathers() -> None:
     for i in (0, len(graph.layers) - 1):
         assert cost(i, i + 1).fwd_s == table.fwd_s[i + 1] - table.fwd_s[i]
         assert cost(i, i + 1).bwd_s == table.bwd_s[i + 1] - table.bwd_s[i]
+
+
+def test_the_search_tables_price_the_edges_as_estimate_does() -> None:
+    # The search's time of every layer range [i, j) is the stage's priced time, edges in.
+    from planner.search.tables import RECOMPUTE, option_costs
+    from tests.test_cost_fixtures import cluster
+
+    graph = extract(load_model_spec("tiny-llama"))
+    g = gpu()
+    costs = option_costs(graph, cluster(("a", g, 1, 2, 100.0, None)), 0, 2, 1,
+                         precision="fp32", sequence_parallel=True, profiles=ProfileSet())
+    n = len(graph.layers)
+    for r, rc in enumerate(RECOMPUTE):
+        for i in range(n):
+            for j in range(i + 1, n + 1):
+                c = stage_cost(graph, i, j, g, 2, 1, rc, precision="fp32",
+                               sequence_parallel=True, profiles=ProfileSet())
+                assert costs.time_s[r, i, j] == pytest.approx(c.fwd_s + c.bwd_s, rel=1e-12)
