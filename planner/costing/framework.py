@@ -247,6 +247,8 @@ HETPLAN_RUNTIME = Framework(
              "apply_vocab_tp (split only when TP divides the vocabulary)",
              "planner/runtime/grads.py: DP all-reduce after the pipeline flush; one "
              "all-reduce over every tied copy",
+             "planner/runtime/topology.py forward_peers / backward_peers: the whole boundary "
+             "activation to each receiving TP rank (p2p_scatter_gather False)",
              "eager PyTorch modules, no fused elementwise kernels; per-kernel cost additive "
              "as fitted (docs/cost-model.md §2)"))
 """hetplan's own runtime (what `hetplan launch` runs): the defaults of `Framework`."""
