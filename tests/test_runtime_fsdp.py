@@ -69,6 +69,10 @@ def test_fsdp_zero3_tp2_and_zero2_match_reference() -> None:
     # interleaving, and uneven ZeRO-2 slices (0.75 / 0.25) over pipelines of different shapes.
     res = _check(_plan(_EVEN, 3), "tiny", max_grad_norm=0.1)
     assert res.max_param_diff <= TOL, res
+    # tiny-llama (untied): its vocab-split token table under FSDP2 on the (dp, tp) mesh, whose
+    # forward hands the lookup a gathered TP DTensor and whose backward gets its rows' gradient.
+    res = _check(_plan(_EVEN, 3), "tiny-llama")
+    assert res.max_param_diff <= TOL, res
     # Interleaved: device groups (p) and (2 + p), each with two chunks.
     inter = [{"microbatches": 2, "stages": [stage(0, 2, [p]), stage(2, 4, [2 + p]),
                                             stage(4, 5, [p]), stage(5, 6, [2 + p])]}

@@ -67,13 +67,17 @@ def _held_worker(rank: int, world: int, store_dir: str, plan_dict: dict) -> dict
     assert runner.zero is not None
     from planner.runtime.grads import local_tensor
 
-    # The gradients held at the peak: just before the slices' reduce-scatter (end of backward).
+    # The gradients held at the peak: just before the slices' reduce-scatter (end of backward),
+    # and the token table's alone (its local elements; none where this rank lacks it).
     peak: list[int] = []
+    table: list[int] = []
     reduce = runner.zero.reduce_gradients
 
     def recorded(tp: int) -> None:
         peak.append(sum(local_tensor(p.grad).numel() for _, p in runner.params
                         if p.grad is not None))
+        table.extend(local_tensor(p.grad).numel() for k, p in runner.params
+                     if k == (0, "tok.weight") and p.grad is not None)
         reduce(tp)
 
     runner.zero.reduce_gradients = recorded  # type: ignore[method-assign]
@@ -81,7 +85,7 @@ def _held_worker(rank: int, world: int, store_dir: str, plan_dict: dict) -> dict
 
     whole = sum(p.grad.numel() for _, p in runner.params if p.grad is not None)
     return {"grad_bytes": runner.zero.grad_bytes(), "state_bytes": runner.zero.state_bytes(),
-            "peak_grad_elements": peak[0],
+            "peak_grad_elements": peak[0], "table_grad_elements": table,
             "whole_grad_elements": whole,
             "notes": runner.notes,
             "weight_elements": sum(local_tensor(p).numel() for _, p in runner.params),
@@ -105,12 +109,12 @@ def test_zero2_held_gradient_and_state_bytes_equal_the_estimate() -> None:
             # same TP simplification as the weights below.
             whole = (held[r]["peak_grad_elements"]
                      - held[r]["replicated_elements"] * (1 - 1 / row.tp))
-            # Known gap (docs/runtime.md): the vocab-split embedding's gradient comes back
-            # from DTensor's embedding backward whole on every TP rank (vocab × hidden, here
-            # 256 × 64), where estimate prices a 1 / TP share of it.
-            gap = (spec.vocab_size * spec.hidden_size * (1 - 1 / row.tp)
-                   if row.layers[0] == 0 and row.tp > 1 else 0)
-            assert whole == row.memory.gradients_gib * 2**30 / 2 + gap, (row, r)
+            assert whole == row.memory.gradients_gib * 2**30 / 2, (row, r)
+            # The vocab-split token table's gradient is held as this rank's rows alone
+            # (vocab / TP × hidden: 128 × 64 at TP 2), not whole (256 × 64) as DTensor's
+            # embedding backward computed it before vocab_embed.py.
+            rows = spec.vocab_size // row.tp if row.layers[0] == 0 else None
+            assert held[r]["table_grad_elements"] == ([rows * spec.hidden_size] if rows else [])
             assert held[r]["state_bytes"] == round(row.memory.optimizer_gib * 2**30), (row, r)
             # Weights stay whole at ZeRO-2. The estimate divides every weight by TP; a norm
             # weight is kept whole on each TP rank (a known simplification of the cost model).

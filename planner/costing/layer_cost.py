@@ -187,7 +187,11 @@ def layer_costs(layer: Layer, graph: LayerGraph, gpu: GpuSpec, tp: int, mb: int,
             saved, rep_per_seq = whole, te_rep
     if recompute == "full" or layer.kind != "block":
         rep_per_seq = saved if layer.kind == "block" else 0.0
-    act = activation_bytes_per_gpu(b * saved, b * rep_per_seq, t, sp) if split else b * saved
+    # What the embedding keeps is its token ids (their out-of-range mask too when split,
+    # runtime/vocab_embed.py, as in Megatron's VocabParallelEmbedding), whole on every TP
+    # rank with or without SP: a vocab split divides its gradient, not its activations.
+    split_act = split and layer.kind != "embedding"
+    act = activation_bytes_per_gpu(b * saved, b * rep_per_seq, t, sp) if split_act else b * saved
     # Eager attention's s×s probabilities (framework.py), split with the heads: kept per
     # micro-batch without recompute; with it, one block's worth while it is recomputed.
     probs = b * _attention_probs_bytes(layer, graph, fw) / ts

@@ -80,9 +80,10 @@ def settle_grad(p: torch.nn.Parameter) -> None:
     if p.grad is None:
         p.grad = torch.zeros_like(p)
     elif isinstance(p, DTensor) and p.grad.placements != p.placements:
-        # A vocab-parallel embedding's gradient comes back replicated (torch's sharding
-        # rule for the embedding backward); keep this rank's rows like the weight's, so
-        # shards line up across holders and the optimizer sees matching layouts.
+        # A token table on DTensor's own lookup (one vocab_embed.py cannot run: max_norm,
+        # ...) gets its gradient back replicated (torch's sharding rule for the embedding
+        # backward); keep this rank's rows like the weight's, so shards line up across
+        # holders and the optimizer sees matching layouts.
         p.grad = p.grad.redistribute(p.device_mesh, p.placements)
 
 

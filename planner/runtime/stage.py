@@ -158,20 +158,18 @@ def vocab_modules(element: nn.Module, kind: str) -> list[tuple[str, nn.Module]]:
 def apply_vocab_tp(element: nn.Module, kind: str, mesh: Any,
                    tied: dict[int, nn.Parameter], shard_logits: bool = False) -> bool:
     """Split the token embedding (rows) or the LM head (output columns) over the TP mesh, as
-    Megatron's vocab-parallel layers do: the embedding's partial lookups are all-reduced. The
-    head's logits stay split over the vocabulary (`shard_logits`: a DTensor for a loss run
-    under `loss_parallel`, Megatron's parallel cross-entropy) or are all-gathered (any loss
-    function then sees whole logits). Only when the TP degree divides the vocabulary (no
+    Megatron's vocab-parallel layers do: the embedding's partial lookups are all-reduced and
+    its gradient computed for its own rows alone (`vocab_embed.py`). The head's logits stay
+    split over the vocabulary (`shard_logits`: a DTensor for a loss run under `loss_parallel`,
+    Megatron's parallel cross-entropy) or are all-gathered (any loss function then sees whole
+    logits). Only when the TP degree divides the vocabulary (no
     padding rows); returns whether it split.
 
     `tied` maps id(original weight) → its split parameter across calls on one rank, so a head
     tied to an embedding on the same rank stays one parameter."""
-    from torch.distributed.tensor import Replicate, Shard
-    from torch.distributed.tensor.parallel import (
-        ColwiseParallel,
-        RowwiseParallel,
-        parallelize_module,
-    )
+    from torch.distributed.tensor.parallel import parallelize_module
+
+    from planner.runtime.vocab_embed import split_embedding
 
     tp = mesh.size()
     found = vocab_modules(element, kind)
@@ -183,19 +181,28 @@ def apply_vocab_tp(element: nn.Module, kind: str, mesh: Any,
         return False
     for _, m in found:
         original = m.weight
-        if kind == "embedding":
-            style: Any = RowwiseParallel(input_layouts=Replicate(), output_layouts=Replicate())
-        elif shard_logits:
-            style = ColwiseParallel(output_layouts=Shard(-1), use_local_output=False)
-        else:
-            style = ColwiseParallel(output_layouts=Replicate())
         # Every TP rank built the same weights, so each keeps its slice without a scatter.
-        parallelize_module(m, mesh, style, src_data_rank=None)
+        if not (kind == "embedding" and split_embedding(m, mesh)):
+            parallelize_module(m, mesh, _vocab_style(kind, shard_logits), src_data_rank=None)
         if id(original) in tied:  # the other end of a tie already split: share its param
             m.weight = tied[id(original)]
         else:
             tied[id(original)] = m.weight
     return True
+
+
+def _vocab_style(kind: str, shard_logits: bool) -> Any:
+    """DTensor's style for the LM head, and for a token table `split_embedding` cannot run
+    (max_norm, ...): DTensor's own lookup, whose gradient comes back whole and is cut to the
+    rows only at the sync (`grads.settle_grad`)."""
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
+
+    if kind == "embedding":
+        return RowwiseParallel(input_layouts=Replicate(), output_layouts=Replicate())
+    if shard_logits:
+        return ColwiseParallel(output_layouts=Shard(-1), use_local_output=False)
+    return ColwiseParallel(output_layouts=Replicate())
 
 
 def apply_recompute(block: nn.Module, mode: str) -> None:
