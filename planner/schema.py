@@ -307,8 +307,10 @@ def _check_structure(plan: Plan) -> None:
     total = sum(p.microbatches for p in firsts) * plan.micro_batch_size
     if total != plan.global_batch_size:
         mbs = " + ".join(str(p.microbatches) for p in firsts)
+        blocks = (" (one term per cp-block: its cp pipelines run the same samples)"
+                  if len(firsts) < len(plan.pipelines) else "")
         raise ValueError(f"micro-batches ({mbs}) × micro_batch_size {plan.micro_batch_size} = "
-                         f"{total} ≠ global_batch_size {plan.global_batch_size}")
+                         f"{total} ≠ global_batch_size {plan.global_batch_size}{blocks}")
     table = {r.rank: r for r in plan.ranks}
     if len(table) != len(plan.ranks):
         raise ValueError("ranks: a rank is listed twice")

@@ -52,7 +52,10 @@ _PROFILE_MAPE = {
     ("torchtitan_h100.csv", "all"): (8.3, 8.8),
     ("nemo_h100.csv", "all"): (4.3, 4.6),  # 9 rows since the cp rows count
     ("llama3_405b.csv", "all"): (5.2, 5.7),
-    ("historic_runs.csv", "all"): (8.5, 9.0),
+    # 8.5 % until the head was no longer priced as recomputed under full recompute (DeepSpeed's
+    # PipelineModule checkpoints only the transformer layers, `_is_checkpointable`): MT-NLG's
+    # rows, already predicted 9-14 % fast, gain 1.5 %; BLOOM's moves from -2.1 % to +2.1 %.
+    ("historic_runs.csv", "all"): (9.9, 10.0),
 }
 
 

@@ -111,3 +111,26 @@ def test_calibrate_reads_the_runtime_run_log(tmp_path: Path,
     assert code == 0, err
     res = json.loads(text)
     assert len(res["rows"]) == 2 and res["rms_error_before_pct"] == pytest.approx(0, abs=1e-6)
+
+
+def test_a_calibration_names_catalog_gpus_or_is_refused(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # A key the cost model never looks up would calibrate nothing, silently: an alias applies
+    # as its catalog name does, a typo or a non-GPU key is one line.
+    path = _plans(tmp_path)[0]
+    times = {}
+    for name, key in (("canonical", "A100-SXM4-80GB"), ("alias", "A100 80GB")):
+        (tmp_path / f"{name}.yaml").write_text(f"gpu_efficiency_scale: {{{key}: 0.5}}\n")
+        code, text, err = run_cli(["estimate", str(path), "--calibration",
+                                   str(tmp_path / f"{name}.yaml"), "--json"], capsys)
+        assert code == 0, err
+        times[name] = json.loads(text)["iteration_time_s"]
+    assert times["alias"] == times["canonical"] == pytest.approx(
+        _predict(path, {"A100-SXM4-80GB": 0.5}), rel=1e-9)
+    assert times["canonical"] > 1.1 * _predict(path, {})
+    for key in ("A100-SXM4-90GB", "kernel_s"):
+        (tmp_path / "typo.yaml").write_text(f"gpu_efficiency_scale: {{{key}: 2}}\n")
+        code, _, err = run_cli(["estimate", str(path), "--calibration",
+                                str(tmp_path / "typo.yaml")], capsys)
+        assert code == 2 and len(err.strip().splitlines()) == 1
+        assert f"gpu_efficiency_scale.{key}: unknown GPU type" in err

@@ -154,3 +154,21 @@ def test_planner_with_cp_and_ep_never_worse_than_brute_force() -> None:
     assert best <= oracle * (1 + 1e-9), f"planner {best} worse than brute force {oracle}"
     stages = [st for pipe in result.best.pipelines for st in pipe.stages]
     assert all(st.cp == 4 for st in stages) and max(st.ep or 1 for st in stages) > 1
+
+
+def test_a_cp_plan_counting_each_pipeline_in_the_batch_is_told_why() -> None:
+    # 4 pipelines in cp-blocks of 2 run 2 distinct micro-batch streams: 2 × 4 × 1 = 8 samples,
+    # not the 16 a hand-edited global batch claims; the message says terms are cp-blocks.
+    import pytest
+
+    from planner.cluster import load_cluster
+    from planner.costing import megatron_plan
+    from planner.graph import load_model
+
+    good = megatron_plan(load_model("tiny-llama", seq_len=64), load_cluster("dgx-a100"), tp=1,
+                         pp=1, dp=2, cp=2, micro_batch=1, global_batch=8)
+    data = good.to_dict()
+    data["global_batch_size"] = 16
+    with pytest.raises(Exception, match=r"\(4 \+ 4\) × micro_batch_size 1 = 8 ≠ "
+                                        r"global_batch_size 16 \(one term per cp-block"):
+        Plan.from_dict(data)

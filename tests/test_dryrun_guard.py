@@ -120,3 +120,15 @@ def test_dryrun_json_reports_its_memory_note(plan_file, capsys) -> None:
     res = json.loads(out)
     assert res["ok"] is True
     assert any(n.startswith("memory: about ") for n in res["notes"])
+
+
+def test_the_first_worker_to_fail_is_named_not_the_peers_it_took_down() -> None:
+    # Rank 2 failed first; rank 0's collective then lost its peer. Both reached the parent in
+    # one drain (arrival order kept): the line names rank 2's own error.
+    from planner.runtime.local import WorkerError, _raise_reported
+
+    got = {1: ("ok", None),
+           2: ("error", ("RuntimeError: source tensor shape must match", "tb2")),
+           0: ("error", ("RuntimeError: Connection closed by peer [127.0.0.1]:46472", "tb0"))}
+    with pytest.raises(WorkerError, match=r"^rank 2 failed: RuntimeError: source tensor"):
+        _raise_reported(got)

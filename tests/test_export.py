@@ -166,3 +166,39 @@ def test_per_stage_tp_and_gpt_on_torchtitan_refused(tmp_path):
                  global_batch=4)
     with pytest.raises(planner.HetplanError, match="Llama-family"):
         export_plan(Plan.load(gpt), "torchtitan")
+
+
+def test_moe_plans_export_their_experts(tmp_path, capsys):
+    # Without the MoE flags Megatron would build a dense model. Expected values: Mixtral's
+    # config.json (8 experts, top-2, intermediate 14336) and DeepSeek-MoE-16B's (64 routed
+    # experts, top-6, moe_intermediate_size 1408, 2 shared experts of 1408, first_k_dense_replace
+    # 1 of 28 layers, norm_topk_prob false: softmax over all experts before the top-k).
+    path = _saved("mixtral-8x7b", "dgx-a100", tmp_path, tp=2, pp=4, dp=8, ep=8, micro_batch=1,
+                  global_batch=64)
+    args = _args(export_plan(Plan.load(path), "megatron"))
+    assert (args["--num-experts"], args["--moe-router-topk"], args["--moe-ffn-hidden-size"],
+            args["--expert-model-parallel-size"]) == ("8", "2", "14336", "8")
+    assert not {"--moe-layer-freq", "--moe-router-pre-softmax",
+                "--moe-shared-expert-intermediate-size"} & set(args)
+    code, _, err = run_cli(["export", str(path), "--to", "torchtitan"], capsys)
+    assert code == 2 and "8 experts" in err and len(err.strip().splitlines()) == 1
+
+    deepseek = Path(__file__).parent / "fixtures" / "deepseek-moe-16b" / "config.json"
+    path = _saved(str(deepseek), "dgx-a100", tmp_path, tp=1, pp=4, dp=16, ep=8, micro_batch=1,
+                  global_batch=64)
+    args = _args(export_plan(Plan.load(path), "megatron"))
+    assert (args["--num-experts"], args["--moe-router-topk"], args["--moe-ffn-hidden-size"],
+            args["--moe-shared-expert-intermediate-size"], args["--moe-layer-freq"],
+            args["--expert-model-parallel-size"]) == ("64", "6", "1408", "2816",
+                                                      "([0]*1+[1]*27)", "8")
+    assert "--moe-router-pre-softmax" in args
+
+
+def test_zero_stage_above_one_is_said_not_exported_as_zero1(tmp_path):
+    path = _saved("llama3-8b", "dgx-a100", tmp_path, tp=1, pp=1, dp=64, micro_batch=1,
+                  global_batch=64, zero1=True, zero=3)
+    text = export_plan(Plan.load(path), "megatron")
+    assert "(ZeRO-3); --use-distributed-optimizer shards optimizer state only" in text
+    toml = export_plan(Plan.load(path), "torchtitan")
+    assert "ZeRO-1" not in toml  # FSDP is ZeRO-3 itself: nothing to warn about
+    assert tomllib.loads(toml)["parallelism"]["data_parallel_shard_degree"] == 64

@@ -86,6 +86,10 @@ def test_frameworks_command_lists_every_record_with_sources(
     assert by["torchtitan"]["dp_overlap"] and not by["torchtitan"]["fused_kernels"]
     assert by["deepspeed"]["p2p_blocking"] and not by["deepspeed"]["causal_flash_attention"]
     assert not by["hetplan"]["dp_overlap"]
+    # Megatron's distributed optimizer and DeepSpeed's pipeline engine shard optimizer state
+    # only; torchtitan and hetplan's runtime run FSDP2 (what estimate's zero note points to).
+    assert {n: r["max_zero_with_pipelines"] for n, r in by.items()} == {
+        "hetplan": 3, "megatron": 1, "torchtitan": 3, "deepspeed": 1}
     assert set(by) == set(FRAMEWORKS)
     # Each names its attention kernel; none of the four is priced apart from the GEMM rate
     # yet (cost_models.attention.PRICED: only llm-foundry's Triton kernel).

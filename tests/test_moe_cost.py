@@ -4,6 +4,7 @@ capacity factor, and the plan's ep-block rules."""
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 
@@ -100,3 +101,17 @@ def test_ep_block_with_different_microbatches_is_refused() -> None:
     data["pipelines"][1]["microbatches"] = 1
     with pytest.raises(SpecError, match="ep 2 groups it with pipeline"):
         Plan.from_dict(data)
+
+
+def test_capacity_factor_above_experts_over_top_k_is_refused(capsys) -> None:
+    # Mixtral routes each token to 2 of 8 experts: the busiest expert can receive every token
+    # once, 8 / 2 = 4× the mean load. 1e308 once priced an infinite, NaN iteration with exit 0.
+    args = ["estimate", "mixtral-8x7b", "dgx-a100", "--tp", "2", "--pp", "4", "--dp", "8",
+            "--ep", "8", "--recompute", "full", "--json", "--capacity-factor"]
+    for cf in ("4.01", "1e308"):
+        code, _, err = run_cli([*args, cf], capsys)
+        assert code == 2 and "at most 4 (num_experts / top-k" in err
+        assert len(err.strip().splitlines()) == 1
+    code, out, err = run_cli([*args, "4"], capsys)
+    assert code == 0, err
+    assert math.isfinite(json.loads(out)["iteration_time_s"])

@@ -86,3 +86,21 @@ def test_searched_tiny_moe_plan_with_ep_passes_dryrun(tmp_path: Path, capsys) ->
     assert res["ok"] and res["max_grad_diff"] <= 1e-5
     assert res["params_checked"] == 78  # every tensor, each expert from the rank holding it
     assert any("ep 4 to ep 2" in n for n in res["notes"]), res["notes"]
+
+
+def test_tp_with_sequence_parallel_on_moe_blocks_matches_the_reference(
+        tmp_path: Path, capsys) -> None:
+    # Inside an MoE block the experts see flattened [tokens, hidden] rows: SP's reduce-scatter
+    # along dim 1 would split the hidden size (it crashed on a shape mismatch). The one-process
+    # reference is the independent check: losses and every gradient, with ep over 2 pipelines.
+    from planner.cluster import load_cluster
+    from planner.costing import megatron_plan
+    from planner.graph import load_model
+
+    out = tmp_path / "p.json"
+    megatron_plan(load_model("tiny-moe"), load_cluster("dgx-a100"), tp=2, pp=2, dp=2, ep=2,
+                  micro_batch=1, global_batch=4, sequence_parallel=True).save(out)
+    code, text, err = run_cli(["dryrun", str(out), "--json"], capsys)
+    assert code == 0, err
+    res = json.loads(text)
+    assert res["ok"] and res["max_grad_diff"] <= 1e-5 and res["params_checked"] == 78

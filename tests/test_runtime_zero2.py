@@ -89,13 +89,21 @@ def _held_worker(rank: int, world: int, store_dir: str, plan_dict: dict) -> dict
             "whole_grad_elements": whole,
             "notes": runner.notes,
             "weight_elements": sum(local_tensor(p).numel() for _, p in runner.params),
-            "replicated_elements": sum(p.numel() for _, p in runner.params  # over TP > 1
-                                       if runner.view.chunks[0].tp > 1 and local_tensor(p) is p)}
+            # Whole over TP > 1 in a block (its norms): the estimate divides those by TP; the
+            # head's final norm it prices whole (planner/costing/vocab_cost.py).
+            "replicated_elements": sum(p.numel() for k, p in runner.params
+                                       if runner.view.chunks[0].tp > 1 and local_tensor(p) is p
+                                       and 0 < k[0] <= spec.num_layers),
+            "whole_vocab_layer_elements": sum(
+                p.numel() for k, p in runner.params
+                if runner.view.chunks[0].tp > 1 and local_tensor(p) is p
+                and k[0] in (0, spec.num_layers + 1))}
 
 
 def test_zero2_held_gradient_and_state_bytes_equal_the_estimate() -> None:
     spec = load_model_spec("tiny-llama")
-    plan = _plan(_MIXED, 2, (0.75, 0.25), model=spec.model_dump(mode="json"))
+    fractions = (0.75, 0.25)
+    plan = _plan(_MIXED, 2, fractions, model=spec.model_dump(mode="json"))
     data, est = priced_on_one_node(plan, GPU)
     held = run_local(_held_worker, 6, plan.to_dict())
     # The estimate prices bf16 gradients (2 B each) and 12 B of fp32 master and Adam moments
@@ -115,9 +123,16 @@ def test_zero2_held_gradient_and_state_bytes_equal_the_estimate() -> None:
             # embedding backward computed it before vocab_embed.py.
             rows = spec.vocab_size // row.tp if row.layers[0] == 0 else None
             assert held[r]["table_grad_elements"] == ([rows * spec.hidden_size] if rows else [])
-            assert held[r]["state_bytes"] == round(row.memory.optimizer_gib * 2**30), (row, r)
-            # Weights stay whole at ZeRO-2. The estimate divides every weight by TP; a norm
-            # weight is kept whole on each TP rank (a known simplification of the cost model).
+            # The head's final norm is whole on every TP rank and priced so; under ZeRO the
+            # runtime slices its Adam state over the TP ranks too (zero.py), which the
+            # estimate does not (12 B per element, the pipeline's share, (1 - 1/TP) of it).
+            whole_state = (12 * held[r]["whole_vocab_layer_elements"]
+                           * fractions[row.pipeline] * (1 - 1 / row.tp))
+            assert (held[r]["state_bytes"] + whole_state
+                    == round(row.memory.optimizer_gib * 2**30)), (row, r)
+            # Weights stay whole at ZeRO-2. The estimate divides a block's weights by TP; its
+            # norm weights are kept whole on each TP rank (a known simplification of the cost
+            # model; the head's final norm is priced whole).
             kept = held[r]["weight_elements"] - held[r]["replicated_elements"] * (1 - 1 / row.tp)
             assert kept == row.memory.weights_gib * 2**30 / 2, (row, r)
     # The runner says why its peak is ZeRO-1's: the whole gradients live through the backward.

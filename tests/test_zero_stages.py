@@ -63,3 +63,32 @@ def test_bad_zero_flags_are_one_line(capsys: pytest.CaptureFixture[str]) -> None
                                 *flags], capsys)
         assert code == 2 and msg in err and "Traceback" not in err
 
+
+
+def test_megatron_and_deepspeed_with_pipelines_price_zero3_as_zero1(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    # Their framework records run ZeRO-1 at most alongside pipeline parallelism (distributed
+    # optimizer, DeepSpeed's pipeline engine): asked for ZeRO-3 with pp 2, stage 0 holds its
+    # 16-bit weights whole, the embedding (128,256 × 4,096) and 16 Llama-3-8B blocks (q, o
+    # 4096², k, v 4096 × 1024, SwiGLU 3 × 4096 × 14,336, two norms), and a note says so.
+    # At pp 1 (Megatron-FSDP, DeepSpeed stage 3) ZeRO-3 is priced as asked (output layer and
+    # final norm: the last stage's).
+    block = 2 * 4096 * 4096 + 2 * 4096 * 1024 + 3 * 4096 * 14336 + 2 * 4096
+    whole = (128_256 * 4096 + 16 * block) * 2 / 2**30
+    for fw in ("megatron", "deepspeed"):
+        for pp, dp in ((2, 32), (1, 64)):
+            code, out, err = run_cli(["estimate", "llama3-8b", "dgx-a100", "--tp", "1", "--pp",
+                                      str(pp), "--dp", str(dp), "--global-batch", "128",
+                                      "--recompute", "full", "--zero", "3", "--framework", fw,
+                                      "--json"], capsys)
+            assert code == 0, err
+            data = json.loads(out)
+            weights = data["stages"][0]["memory_gib"]["weights"]
+            if pp == 2:
+                assert weights == pytest.approx(whole, rel=1e-4)
+                assert data["zero_priced"] == [[1, 1]] * dp
+            else:  # 1/64 of all 16-bit weights, plus the embedding gathered twice
+                params = 2 * 128_256 * 4096 + 32 * block + 4096
+                sharded = (params * 2 / 64 + 2 * 128_256 * 4096 * 2) / 2**30
+                assert weights == pytest.approx(sharded, rel=1e-4)
+                assert "zero_priced" not in data

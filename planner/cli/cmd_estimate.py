@@ -180,6 +180,7 @@ def estimate(
         checked = load_checked(model_or_plan, cluster, seq_len=seq_len)
         plan, graph = checked.plan, checked.graph
         fw = framework_named(framework, plan.predicted)
+        _check_capacity(capacity_factor, graph)
         est = run_estimate(None, checked.cluster, plan, profiles=profiles, framework=fw,
                            capacity_factor=capacity_factor)
         title = f"{plan.model.get('name', 'model')} on {checked.cluster.name}"
@@ -194,12 +195,13 @@ def estimate(
             virtual_stages=virtual_stages, zero1=zero_stage >= 1, zero=zero_stage, ep=ep,
             cp=cp)
         fw = framework_named(framework)
+        _check_capacity(capacity_factor, model.graph)
         est = run_estimate(model, cl, plan, profiles=profiles, framework=fw,
                            capacity_factor=capacity_factor)
         title = f"{model.name} on {cl.name}"
         graph = model.graph
     levels = priced_zero_stages(plan, graph, fw)
-    zero_note = zero_downgrade_note(plan, levels)
+    zero_note = zero_downgrade_note(plan, levels, fw)
     if json_out:
         record = {**est.to_dict(), **batch_record(plan, graph.seq_len)}
         if (plan.model or {}).get("num_experts"):
@@ -214,6 +216,18 @@ def estimate(
             console.print(f"note: {zero_note}")
     if not est.feasible:
         raise typer.Exit(EXIT_INFEASIBLE)
+
+
+def _check_capacity(capacity_factor: float, graph: Any) -> None:
+    """The busiest expert takes at most every token once: num_experts / top-k × the mean
+    load (beyond it the expert GEMMs would be priced on tokens that do not exist, up to an
+    infinite, NaN iteration)."""
+    bound = min((layer.num_experts / layer.experts_per_token for layer in graph.layers
+                 if layer.num_experts and layer.experts_per_token), default=None)
+    if bound is not None and capacity_factor > bound:
+        raise HetplanError(f"--capacity-factor {capacity_factor:g}: at most {bound:g} "
+                           "(num_experts / top-k: the busiest expert receives every token "
+                           "at most once)")
 
 
 def _print(est: Any, title: str, plan: Any, capacity_factor: float, seq_len: int,

@@ -35,6 +35,7 @@ def framework_record(name: str) -> dict[str, Any]:
         "p2p_blocking": fw.p2p_blocking,
         "context_parallel": ("K/V ring overlapped with attention" if fw.cp_ring_overlap
                              else "K/V all-gather before attention, not overlapped"),
+        "max_zero_with_pipelines": fw.max_zero,
         "fp8": fw.fp8 or "not used",
         "sources": list(fw.sources),
     }
@@ -66,7 +67,8 @@ def frameworks(
             f"{_yes(r['causal_flash_attention'])}; vocab-parallel embedding/head: "
             f"{_yes(r['vocab_parallel'])}{' (padded)' if r['pads_vocab'] else ''}; "
             f"blocking p2p: {_yes(r['p2p_blocking'])}; fp8: {r['fp8']}")
-        console.print(f"  context parallelism: {r['context_parallel']}")
+        console.print(f"  context parallelism: {r['context_parallel']}; ZeRO alongside "
+                      f"pipeline parallelism: up to stage {r['max_zero_with_pipelines']}")
         on = ", ".join(r["attention_kernel_priced_on"]) or "none (GEMM rate)"
         console.print(f"  attention kernel: {r['attention_kernel']}; its own published rate "
                       f"priced on: {on}")

@@ -209,5 +209,20 @@ def load_calibration(path: Path) -> dict[str, float]:
             raise HetplanError(f"--calibration {path}: gpu_efficiency_scale."
                                f"{clip(str(name), 40)} = {short(value)}; use a number in "
                                f"[{_LO}, {_HI}]")
-        out[str(name)] = float(value)
+        out[_scale_key(path, name)] = float(value)
     return out
+
+
+def _scale_key(path: Path, name: Any) -> str:
+    """A scale's GPU as the cost model looks it up (the catalog's own name, so an alias
+    applies too); "*" stands for every GPU without its own entry. A name the catalog lacks
+    would silently calibrate nothing, so it is refused."""
+    from cost_models.catalog import get_gpu
+
+    if name == "*":
+        return "*"
+    try:
+        return get_gpu(str(name)).name
+    except (LookupError, ValueError) as exc:
+        raise HetplanError(f"--calibration {path}: gpu_efficiency_scale.{clip(str(name), 40)}: "
+                           f"{clip(str(exc), 200)}") from None

@@ -312,7 +312,9 @@ def _largest_layer_params(graph: LayerGraph, plan: Plan, d: _Device,
     """Parameters per GPU of the device's largest layer: ZeRO-3 holds it whole while it runs
     and the next one as it is prefetched."""
     stages = plan.pipelines[d.pipeline].stages
-    return max((layer.params / (d.tp if tp_split(layer, framework, d.tp) else 1)
+    # A routed layer's GPU holds 1/ep of its experts (layer_cost's params per GPU).
+    return max(((layer.params - layer.expert_params * (1 - 1 / d.ep))
+                / (d.tp if tp_split(layer, framework, d.tp) else 1)
                 for j in d.chunks for layer in graph.layers[stages[j].layers[0]:
                                                                stages[j].layers[1]]),
                default=0.0)

@@ -19,6 +19,12 @@ from cost_models.profiles import ProfileSet
 from cost_models.te_activations import te_block_replicated_bytes, te_block_saved_bytes
 from planner.costing.framework import DEFAULT_FRAMEWORK, Framework
 from planner.costing.layer_gemms import layer_gemm_factors
+from planner.costing.vocab_cost import (
+    head_input_whole_under_sp,
+    head_split_bytes,
+    vocab_tp_comm_s,
+    whole_params,
+)
 from planner.graph.layers import Layer, LayerGraph
 
 __all__ = ["kv_bytes_per_sequence", "layer_costs", "tp_split"]
@@ -53,6 +59,12 @@ def layer_costs(layer: Layer, graph: LayerGraph, gpu: GpuSpec, tp: int, mb: int,
     transient bytes. `moe` is (expert-parallel degree, the all-to-all's link, capacity factor)
     for a mixture-of-experts layer; `context` is (context-parallel degree, its ring's link)."""
     cp, cp_link = context
+    if layer.kind in ("embedding", "head"):
+        # Only the layers between them are ever recomputed: the runtime checkpoints chain
+        # elements 0 < e < last (runtime/engine.py, stage.apply_recompute); Megatron,
+        # DeepSpeed's PipelineModule (`_is_checkpointable`) and torchtitan their transformer
+        # layers: the head and its loss always keep everything.
+        recompute = "none"
     # Context parallelism gives each GPU seq/cp of every sequence: 2 of 2·cp zig-zag chunks,
     # so even the causal attention core divides evenly (Megatron-Core context parallelism;
     # Liu et al., "Ring Attention", 2023). Every per-GPU figure below is linear in the
@@ -62,8 +74,10 @@ def layer_costs(layer: Layer, graph: LayerGraph, gpu: GpuSpec, tp: int, mb: int,
     split = tp_split(layer, fw, t)
     ts = t if split else 1
     ep, ep_link, capacity = moe
-    # Expert parallelism splits the routed experts over ep GPUs (each still TP-split).
-    params = (layer.params - layer.expert_params * (1 - 1 / ep)) / ts
+    # Expert parallelism splits the routed experts over ep GPUs (each still TP-split). A
+    # vocab split leaves GPT's position table and the final norm whole (vocab_cost.py).
+    kept = whole_params(layer) if ts > 1 and layer.kind in ("embedding", "head") else 0.0
+    params = kept + (layer.params - kept - layer.expert_params * (1 - 1 / ep)) / ts
     # The busiest expert's extra tokens beyond the balanced load (cost_models/moe.py): its
     # GEMMs forward, and dgrad + wgrad backward.
     extra = (capacity - 1.0) * layer.fwd_expert_flops if layer.num_experts else 0.0
@@ -106,19 +120,26 @@ def layer_costs(layer: Layer, graph: LayerGraph, gpu: GpuSpec, tp: int, mb: int,
         fp8_s = gemm_s(attn, gpu, precision, work.gemm_width)
         fwd += bf16_s * attn_scale[0] - fp8_s
         bwd_act += 2 * (bf16_s * attn_scale[1] - fp8_s)
-    comm = (layer.tp_allreduces_fwd * allreduce_s(b * layer.tp_allreduce_bytes, t, link)
-            if split else 0.0)
+    comm_fwd = comm_bwd = 0.0
+    if split and layer.kind in ("embedding", "head"):
+        # Each pass prices the collectives it runs (vocab_cost.py): the embedding's
+        # all-reduce in the forward, the head's in the backward.
+        comm_fwd, comm_bwd = vocab_tp_comm_s(layer, graph, b, t, link)
+    elif split:
+        comm_fwd = comm_bwd = layer.tp_allreduces_fwd * allreduce_s(
+            b * layer.tp_allreduce_bytes, t, link)
     if ep > 1 and layer.num_experts and ep_link is not None:
         # Dispatch and combine all-to-alls, forward and (mirrored) backward; each TP rank
         # sends its 1/tp share of the routed token copies (Megatron's alltoall dispatcher).
-        comm += 2 * alltoall_s(b * layer.a2a_bytes * capacity / ts, ep, ep_link)
+        a2a = 2 * alltoall_s(b * layer.a2a_bytes * capacity / ts, ep, ep_link)
+        comm_fwd, comm_bwd = comm_fwd + a2a, comm_bwd + a2a
     update = adam_step_s(params, gpu)
-    comm_fwd = comm_bwd = comm
-    if fw.tp_comm_overlap and comm > 0:
+    if fw.tp_comm_overlap:
         # Chunked collectives pipelined with the adjacent GEMMs: only what outlasts them shows.
         w, (sf, sa, _) = work.gemm_width, work.gemm_scale
-        comm_fwd = max(0.0, comm - gemm_s(work.fwd_matmul_flops, gpu, precision, w, sf))
-        comm_bwd = max(0.0, comm - gemm_s(work.bwd_act_matmul_flops, gpu, precision, w, sa))
+        comm_fwd = max(0.0, comm_fwd - gemm_s(work.fwd_matmul_flops, gpu, precision, w, sf))
+        comm_bwd = max(0.0, comm_bwd - gemm_s(work.bwd_act_matmul_flops, gpu, precision, w,
+                                              sa))
     if gathered and cp_link is not None:
         # All-gather of every rank's K/V block before attention, and in the backward the
         # all-reduce of the gathered K/V gradient (runtime/context.py): nothing overlapped.
@@ -192,6 +213,11 @@ def layer_costs(layer: Layer, graph: LayerGraph, gpu: GpuSpec, tp: int, mb: int,
     # rank with or without SP: a vocab split divides its gradient, not its activations.
     split_act = split and layer.kind != "embedding"
     act = activation_bytes_per_gpu(b * saved, b * rep_per_seq, t, sp) if split_act else b * saved
+    if split and layer.kind == "head" and (not sp or head_input_whole_under_sp(fw)):
+        # Only the loss's log-probabilities split with the vocabulary; the final norm's input
+        # and the LM head's input are whole on every TP rank (vocab_cost.py).
+        vocab_part = head_split_bytes(layer, graph, saved)
+        act = b * (saved - vocab_part) + b * vocab_part / t
     # Eager attention's s×s probabilities (framework.py), split with the heads: kept per
     # micro-batch without recompute; with it, one block's worth while it is recomputed.
     probs = b * _attention_probs_bytes(layer, graph, fw) / ts

@@ -41,11 +41,15 @@ def stage_memory(cost: StageCost, inflight_microbatches: float, zero1_dp: int = 
     # Weights and gradients are the rest of the state, one half each (2 + 2 B or 4 + 4 B).
     half = (cost.static_bytes_per_gpu - opt) / 2
     per_param = half / cost.params_per_gpu if cost.params_per_gpu else 0.0
+    # Routed experts' weights and gradients shard like their optimizer state, over the
+    # expert-data-parallel group zero1_dp / ep only (the other ep ranks hold other experts).
+    dense_half, expert_half = _split_half(half, opt, expert_opt)
+    half_shed = dense_half * shed + expert_half * (1 - 1 / expert_dp)
     weights = grads = half
     if zero >= 2:
-        grads -= half * shed
+        grads -= half_shed
     if zero >= 3:
-        weights -= half * shed
+        weights -= half_shed
         weights += gathered_params * per_param  # the gathered weights and their gradients
         grads += gathered_params * per_param
     optimizer = opt - (opt - expert_opt) * shed - expert_opt * (1 - 1 / expert_dp)
@@ -74,9 +78,18 @@ def shardable_gib(cost: StageCost, zero: int, ep: int = 1) -> float:
     opt = cost.optimizer_bytes_per_gpu
     expert_opt = cost.expert_optimizer_bytes_per_gpu
     half = (cost.static_bytes_per_gpu - opt) / 2  # weights, and gradients (stage_memory)
+    dense_half, expert_half = _split_half(half, opt, expert_opt)
     state = (opt - expert_opt) + expert_opt * max(ep, 1)
     if zero >= 2:
-        state += half
+        state += dense_half + expert_half * max(ep, 1)
     if zero >= 3:
-        state += half
+        state += dense_half + expert_half * max(ep, 1)
     return state / GIB
+
+
+def _split_half(half: float, opt: float, expert_opt: float) -> tuple[float, float]:
+    """(dense, routed-expert) parts of `half` (the weights' or the gradients' bytes): Adam's
+    bytes per parameter are the same for every parameter, so the experts' share of the
+    optimizer state is their share of the parameters."""
+    expert = half * expert_opt / opt if opt > 0 else 0.0
+    return half - expert, expert

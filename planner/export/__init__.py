@@ -22,6 +22,8 @@ __all__ = ["TARGETS", "NotExpressible", "export_plan"]
 
 TARGETS = ("megatron", "torchtitan")
 _FRAMEWORK = {"megatron": MEGATRON_CORE, "torchtitan": DEFAULT_FRAMEWORK}
+_ZERO_SHARDS = {1: "optimizer state", 2: "optimizer state and gradients",
+                3: "optimizer state, gradients and weights"}
 
 
 class NotExpressible(HetplanError):
@@ -62,13 +64,23 @@ def _notes(plan: Plan, shape: UniformShape, target: str) -> list[str]:
                      "then PP): stages land on nodes by launch order, not where the plan put them")
     if target == "megatron":
         notes.append("vocabulary, tokenizer, data and optimizer arguments are yours to add")
+        if shape.zero >= 2 and shape.dp * shape.cp > 1:
+            notes.append(f"the plan shards {_ZERO_SHARDS[shape.zero]} (ZeRO-{shape.zero}); "
+                         "--use-distributed-optimizer shards optimizer state only: for the "
+                         "rest use Megatron-FSDP (pp 1), or expect more memory per GPU than "
+                         "predicted")
+        if model.get("shared_expert_gate"):
+            notes.append("the shared expert's sigmoid gate (Qwen-MoE) has no flag here: add "
+                         "your Megatron version's shared-expert gate option")
         if shape.virtual_stages > 1 and shape.pp <= 2:
             notes.append("Megatron's validate_args allows interleaving on 2 pipeline stages "
                          "only with p2p overlap on (--overlap-p2p-communication in versions "
                          "where it is off by default)")
-    elif shape.zero1 and shape.dp > 1:
-        notes.append("the plan shards optimizer state over DP (ZeRO-1); torchtitan's nearest is "
-                     "FSDP (data_parallel_shard_degree), which also shards weights and gradients")
+    elif 1 <= shape.zero < 3 and shape.dp > 1:
+        notes.append(f"the plan shards {_ZERO_SHARDS[shape.zero]} over DP "
+                     f"(ZeRO-{shape.zero}); torchtitan's nearest is FSDP "
+                     "(data_parallel_shard_degree), which also shards "
+                     f"{'weights and gradients' if shape.zero == 1 else 'weights'}")
     if target == "torchtitan" and shape.tp > 1 and not shape.sequence_parallel:
         notes.append("torchtitan's tensor parallelism always shards norms over the sequence "
                      "(sequence parallel); the plan was priced without it")
@@ -85,6 +97,11 @@ def export_plan(plan: Plan, target: str, *, nearest: bool = True) -> str:
         raise HetplanError(f"torchtitan cannot express this plan: its model zoo has Llama-family "
                            f"models only, and {model.get('name', 'this model')} has architecture "
                            f"{model.get('architecture')!r}")
+    if target == "torchtitan" and model.get("num_experts"):
+        raise HetplanError(f"torchtitan cannot express this plan: "
+                           f"{model.get('name', 'this model')} has {model['num_experts']} "
+                           "experts per block and the exported config names torchtitan's "
+                           "dense Llama modules; use --to megatron")
     shape = uniform_shape(plan)
     reason = _reason(shape, target, model)
     if reason is not None:

@@ -60,9 +60,33 @@ def _model_args(model: dict[str, Any]) -> list[tuple[str, Any]]:
         args += [("--group-query-attention", None), ("--num-query-groups", kv)]
     if not model.get("tie_embeddings", model["architecture"] == "gpt"):
         args.append(("--untie-embeddings-and-output-weights", None))
+    args += _moe_args(model)
     precision = model.get("training", {}).get("precision", "bf16")
     if precision in ("bf16", "fp16"):
         args.append((f"--{precision}", None))
+    return args
+
+
+def _moe_args(model: dict[str, Any]) -> list[tuple[str, Any]]:
+    """Mixture-of-experts shape (Megatron-LM `_add_moe_args`): without these a routed model
+    would launch as a dense one."""
+    experts = model.get("num_experts") or 0
+    if not experts:
+        return []
+    args: list[tuple[str, Any]] = [
+        ("--num-experts", experts), ("--moe-router-topk", model["num_experts_per_tok"]),
+        ("--moe-ffn-hidden-size", model.get("moe_ffn_hidden_size") or model["ffn_hidden_size"])]
+    shared = model.get("shared_expert_ffn_hidden_size") or 0
+    if shared:
+        args.append(("--moe-shared-expert-intermediate-size", shared))
+    dense = int(model.get("first_dense_layers") or 0)
+    if dense:
+        args.append(("--moe-layer-freq",
+                     f'"([0]*{dense}+[1]*{model["num_layers"] - dense})"'))
+    if model.get("norm_topk_prob") is False:
+        # Softmax over all experts, then top-k (unrenormalised); Megatron's default takes the
+        # top-k logits first and softmaxes those, which renormalises.
+        args.append(("--moe-router-pre-softmax", None))
     return args
 
 
@@ -73,6 +97,8 @@ def megatron_args(shape: UniformShape, model: dict[str, Any]) -> list[tuple[str,
              ("--pipeline-model-parallel-size", shape.pp)]
     if shape.cp > 1:
         args.append(("--context-parallel-size", shape.cp))
+    if shape.ep > 1:
+        args.append(("--expert-model-parallel-size", shape.ep))
     args += _split_args(shape)
     args += [("--micro-batch-size", shape.micro_batch_size),
              ("--global-batch-size", shape.global_batch_size)]

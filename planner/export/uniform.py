@@ -40,6 +40,10 @@ class UniformShape:
     then DP, then PP), so the launch order places every stage where the plan put it."""
     cp: int = 1
     """Context-parallel degree (pipelines per cp-block); `dp` counts the blocks."""
+    zero: int = 0
+    """The plan's ZeRO stage (`zero1` is zero >= 1)."""
+    ep: int = 1
+    """Expert-parallel degree of the stages holding routed (mixture-of-experts) blocks."""
 
     @property
     def blocks(self) -> int:
@@ -93,6 +97,10 @@ def uniform_shape(plan: Plan) -> UniformShape | str:
     if any(plan.cp(p) != cp for p in range(len(plan.pipelines))):
         return ("per-pipeline context parallelism: pipelines use different cp degrees; the "
                 "framework has one CP degree for the whole run")
+    eps = sorted({st.ep or 1 for st in stages if _routed(plan, st.layers)})
+    if len(eps) > 1:
+        return (f"per-stage expert parallelism: stages holding experts use ep "
+                f"{', '.join(map(str, eps))}; the framework has one expert-parallel degree")
     modes = sorted({st.recompute for st in stages})
     if len(modes) > 1:
         return (f"per-stage recompute: stages use {', '.join(modes)}; the framework applies "
@@ -102,6 +110,17 @@ def uniform_shape(plan: Plan) -> UniformShape | str:
         virtual_stages=plan.virtual_stages, micro_batch_size=plan.micro_batch_size,
         global_batch_size=plan.global_batch_size,
         microbatches_per_pipeline=first.microbatches, schedule=plan.schedule,
-        recompute=modes[0], sequence_parallel=plan.sequence_parallel, zero1=plan.zero1,
+        recompute=modes[0], sequence_parallel=plan.sequence_parallel,
+        zero1=plan.zero_stage >= 1, zero=plan.zero_stage, ep=eps[0] if eps else 1,
         gpu=gpus[0], chunk_layers=tuple(st.layers for st in first.stages),
         num_layers=plan.num_layers, megatron_rank_order=megatron_rank_order(plan))
+
+
+def _routed(plan: Plan, layers: tuple[int, int]) -> bool:
+    """Whether chain layers [start, end) hold a mixture-of-experts block: blocks are chain
+    layers 1..num_layers, routed from block `first_dense_layers` on."""
+    model = plan.model or {}
+    if not model.get("num_experts"):
+        return False
+    first = 1 + int(model.get("first_dense_layers") or 0)
+    return max(layers[0], first) < min(layers[1], 1 + int(model["num_layers"]))

@@ -18,6 +18,10 @@ Conventions (decided here and tested in tests/test_graph_extract.py):
   s×s probabilities, which no fused GPU kernel does: there we count what a flash /
   memory-efficient kernel keeps (q, k, v and the fp32 log-sum-exp; its output is the
   o-projection's saved input). The `math` CoreAttention is counted op by op.
+- Inside `F.rms_norm` the meta (and CPU) composite saves the fp32 upcast and the normalised
+  input for the weight's gradient; CUDA runs `_fused_rms_norm`, whose backward keeps the
+  input and a per-row fp32 rstd (its autograd node saves input, weight and rstd), so we count
+  those. Its memory traffic stays the composite's.
 - Selective recompute drops what the attention core saves and keeps its inputs q, k, v
   (Korthikanti §4); full recompute keeps only the element's input.
 """
@@ -95,6 +99,7 @@ class Recorder:
         self.boundaries: dict[int, torch.Tensor] = {}
         self.core_depth = 0
         self.core_flash = False
+        self.norm_depth = 0
         self.expert_depth = 0
         self._param_keys = {_key(p): p for p in params}
         self._param_region: dict[int, int] = {}
@@ -137,9 +142,24 @@ class Recorder:
     def exit_core(self) -> None:
         self.core_depth -= 1
 
+    # --- fused RMSNorm ------------------------------------------------------------------
+    def enter_norm(self, x: torch.Tensor, normalized_dims: int) -> None:
+        """What CUDA's fused RMSNorm keeps for its backward: `x` and one fp32 rstd per row."""
+        self.norm_depth += 1
+        if self.norm_depth > 1:
+            return
+        key = _key(x)
+        kept = 0 if key in self._param_keys or key in self._saved else _nbytes(x)
+        self._saved.add(key)
+        rows = x.numel() // max(1, x.shape[-normalized_dims:].numel())
+        self.stats[self.region].saved_bytes += kept + 4 * rows
+
+    def exit_norm(self) -> None:
+        self.norm_depth -= 1
+
     # --- saved tensors ------------------------------------------------------------------
     def pack(self, t: torch.Tensor) -> torch.Tensor:
-        if self.core_depth and self.core_flash:
+        if (self.core_depth and self.core_flash) or self.norm_depth:
             return t
         key = _key(t)
         if key in self._param_keys or key in self._saved:
@@ -223,7 +243,8 @@ class _OpTrace(TorchDispatchMode):
 
 
 class _SdpaWatch(TorchFunctionMode):
-    """Marks every F.scaled_dot_product_attention call as a fused attention core."""
+    """Marks every F.scaled_dot_product_attention call as a fused attention core, and every
+    RMSNorm as CUDA's fused one."""
 
     def __init__(self, rec: Recorder) -> None:
         super().__init__()
@@ -231,6 +252,14 @@ class _SdpaWatch(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
         kwargs = kwargs or {}
+        if func in (F.rms_norm, torch.rms_norm):
+            x = args[0] if args else kwargs["input"]
+            shape = args[1] if len(args) > 1 else kwargs["normalized_shape"]
+            self.rec.enter_norm(x, len(shape))
+            try:
+                return func(*args, **kwargs)
+            finally:
+                self.rec.exit_norm()
         if func is not F.scaled_dot_product_attention:
             return func(*args, **kwargs)
         q = args[0] if args else kwargs["query"]

@@ -73,18 +73,28 @@ class CoreAttention(nn.Module):
         return outs[0] if len(outs) == 1 else torch.cat(outs, dim=2)
 
 
-def apply_rope(x: torch.Tensor, theta: float,
-               positions: torch.Tensor | None = None) -> torch.Tensor:
-    """Rotary position embedding (rotate-half layout) on (batch, heads, seq, head_dim), at
-    `positions` along the sequence (default 0 .. seq-1)."""
-    s, d = x.shape[-2], x.shape[-1]
+def _rope_tables(x: torch.Tensor, s: int, theta: float,
+                 positions: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin of the rotation angles, (seq, head_dim / 2) at `x`'s dtype."""
+    d = x.shape[-1]
     inv_freq = 1.0 / (theta ** (torch.arange(0, d, 2, device=x.device, dtype=torch.float32) / d))
     if positions is None:
         positions = torch.arange(s, device=x.device)
     angles = torch.outer(positions.to(device=x.device, dtype=torch.float32), inv_freq)
-    cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+    return angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+
+
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    d = x.shape[-1]
     x1, x2 = x[..., : d // 2], x[..., d // 2 :]
     return torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)
+
+
+def apply_rope(x: torch.Tensor, theta: float,
+               positions: torch.Tensor | None = None) -> torch.Tensor:
+    """Rotary position embedding (rotate-half layout) on (batch, heads, seq, head_dim), at
+    `positions` along the sequence (default 0 .. seq-1)."""
+    return _rotate(x, *_rope_tables(x, x.shape[-2], theta, positions))
 
 
 class Attention(nn.Module):
@@ -118,13 +128,22 @@ class Attention(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, s, _ = x.shape
         # Head counts come from the actual (possibly TP-sharded) projection outputs.
-        q = self.q(x).view(b, s, -1, self.head_dim).transpose(1, 2)
-        k = self.k(x).view(b, s, -1, self.head_dim).transpose(1, 2)
-        v = self.v(x).view(b, s, -1, self.head_dim).transpose(1, 2)
+        q = self.q(x).view(b, s, -1, self.head_dim)
+        k = self.k(x).view(b, s, -1, self.head_dim)
+        v = self.v(x).view(b, s, -1, self.head_dim)
         ctx = self.context
         pos = None if ctx is None else ctx.positions(s, x.device)
         if self.rope_theta is not None:
-            q, k = apply_rope(q, self.rope_theta, pos), apply_rope(k, self.rope_theta, pos)
+            # Rotated in the projections' (batch, seq, heads, head_dim) layout, so q reaches
+            # the attention kernel as a transposed view like k and v, and the kernel's output,
+            # laid out like q (CPU flash; CUDA flash allocates it `empty_like` q), is already
+            # the o-projection's (batch, seq, hidden) input: no copy for autograd to keep
+            # beside the kernel's own saved output.
+            cos, sin = _rope_tables(q, s, self.rope_theta, pos)
+            q = _rotate(q, cos.unsqueeze(1), sin.unsqueeze(1))
+            cos, sin = _rope_tables(k, s, self.rope_theta, pos)
+            k = _rotate(k, cos.unsqueeze(1), sin.unsqueeze(1))
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
         if ctx is None:
             out = self.core(q, k, v)
         else:  # the sequence's keys gathered from the cp group, in position order: each of

@@ -65,7 +65,7 @@ class _PrefixCausalCpu(torch.autograd.Function):
             assert o is not None
             outs.append(o.to(q.dtype))
             lses.append(lse)
-        out, lse = torch.cat(outs, dim=2), torch.cat(lses, dim=2)
+        out, lse = _seq_major_cat(outs), torch.cat(lses, dim=2)
         ctx.save_for_backward(q, k, v, out, lse)
         ctx.ends, ctx.scale = ends, scale
         return out
@@ -90,6 +90,14 @@ class _PrefixCausalCpu(torch.autograd.Function):
         return dq, dk, dv, None, None
 
 
+def _seq_major_cat(outs: list[torch.Tensor]) -> torch.Tensor:
+    """The chunks' (batch, heads, queries, head_dim) outputs joined along the queries in a
+    (batch, queries, heads, head_dim) buffer: the attention module's transpose and reshape to
+    the o-projection's input is then a view, not a copy autograd would keep beside this one
+    (models/attention.py)."""
+    return torch.cat([o.transpose(1, 2) for o in outs], dim=1).transpose(1, 2)
+
+
 def prefix_causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                             ends: tuple[int, ...], dropout_p: float = 0.0) -> torch.Tensor:
     """(batch, heads, queries, head_dim) `q` in len(ends) equal chunks; (batch, kv heads,
@@ -103,7 +111,7 @@ def prefix_causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     if q.device.type == "cpu" and dropout_p == 0.0:
         return _PrefixCausalCpu.apply(q, k, v, tuple(ends), scale)
     gqa = q.shape[1] != k.shape[1]
-    return torch.cat([F.scaled_dot_product_attention(
+    return _seq_major_cat([F.scaled_dot_product_attention(
         q[:, :, j * n:(j + 1) * n], k[:, :, :e], v[:, :, :e], dropout_p=dropout_p,
         attn_mask=causal_lower_right(n, e), scale=scale, enable_gqa=gqa)
-        for j, e in enumerate(ends)], dim=2)
+        for j, e in enumerate(ends)])

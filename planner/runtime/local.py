@@ -140,7 +140,10 @@ def _drain(results: Any, got: dict[int, tuple[str, Any]]) -> None:
 
 
 def _raise_reported(got: dict[int, tuple[str, Any]]) -> None:
-    failed = sorted(r for r, (status, _) in got.items() if status == "error")
+    # The first to report (`got` keeps arrival order) is the cause: a worker that fails takes
+    # its peers down with it ("Connection closed by peer" in their collectives), and a
+    # lower-numbered peer's echo can land in the same drain.
+    failed = [r for r, (status, _) in got.items() if status == "error"]
     if failed:
         line, detail = got[failed[0]][1]
         raise WorkerError(f"rank {failed[0]} failed: {line}", failed[0], detail)

@@ -19,6 +19,7 @@ from torch import nn
 from torch.distributed.tensor import DTensor, Replicate, Shard
 from torch.distributed.tensor.parallel import (
     PrepareModuleInput,
+    PrepareModuleInputOutput,
     RowwiseParallel,
     SequenceParallel,
 )
@@ -41,9 +42,23 @@ def sp_styles(block: nn.Module, plan: dict[str, str]) -> dict[str, Any] | None:
         styles[branch] = PrepareModuleInput(input_layouts=(Shard(1),),
                                             desired_input_layouts=(Replicate(),),
                                             use_local_output=True)
+    nested = set()
     for name, style in plan.items():
-        if style == "rowwise":
+        if style != "rowwise":
+            continue
+        branch, _, rest = name.partition(".")
+        if branch in ("attn", "mlp") and "." in rest:
+            # Inside a mixture-of-experts branch (experts, shared expert) the linears see
+            # flattened [tokens, hidden] rows, where dim 1 is the hidden size, not the
+            # sequence: they all-reduce, and the branch's whole output is sliced back.
+            nested.add(branch)
+        else:
             styles[name] = RowwiseParallel(output_layouts=Shard(1))
+    for branch in nested:
+        styles[branch] = PrepareModuleInputOutput(
+            input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),),
+            use_local_input=True, output_layouts=(Replicate(),),
+            desired_output_layouts=(Shard(1),), use_local_output=True)
     return styles
 
 
