@@ -120,7 +120,7 @@ def test_te_runs_cudnn_on_hopper_and_fa2_on_ampere(monkeypatch: pytest.MonkeyPat
     assert kernel_on("te", "ampere") == "fa2"
     assert kernel_on("te", "volta") == ""
     assert kernel_on("fa2", "hopper") == "fa2"
-    # Not priced as shipped (docs/cost-model.md §1b: the joint refit did not pass), so "te"
+    # Not priced as shipped (docs/cost-model.md §1b: the joint refit is not shipped), so "te"
     # keeps the GEMM rate; once cuDNN on Hopper is priced, "te" takes its figure there.
     assert attention_time_scale("te", "hopper", 0.62) == (1.0, 1.0)
     import cost_models.attention as attention
