@@ -6,7 +6,7 @@ anything else that escapes is a bug in hetplan and keeps its traceback.
 
 from __future__ import annotations
 
-__all__ = ["HetplanError", "InfeasibleError", "SpecError"]
+__all__ = ["ArgumentError", "ArgumentTypeError", "HetplanError", "InfeasibleError", "SpecError"]
 
 
 class HetplanError(Exception):
@@ -25,3 +25,11 @@ class SpecError(HetplanError):
 
 class InfeasibleError(HetplanError):
     """The request cannot be met on this cluster; the message carries the numbers."""
+
+
+class ArgumentError(HetplanError, ValueError):
+    """A Python API argument with a bad value (a ValueError too, as Python callers expect)."""
+
+
+class ArgumentTypeError(HetplanError, TypeError):
+    """A Python API argument of the wrong type (a TypeError too, as Python callers expect)."""

@@ -25,7 +25,12 @@ from planner.limits import (
     limit_text,
 )
 from planner.outfile import write_output
-from planner.schema_groups import check_context_groups, check_expert_groups, check_fractions
+from planner.schema_groups import (
+    check_context_groups,
+    check_expert_groups,
+    check_fractions,
+    resolve_zero_alias,
+)
 
 __all__ = ["SCHEMA", "Pipeline", "Plan", "RankInfo", "Stage"]
 
@@ -101,12 +106,11 @@ class Plan(_Frozen):
     virtual_stages: int = Field(default=1, ge=1, le=MAX_LAYERS)
     """Model chunks per device group (interleaved schedule); stages list S × V chunks."""
     sequence_parallel: bool = False
-    zero1: bool = False
-    """Shard optimizer state over each layer's data-parallel group (ZeRO stage 1)."""
     zero: int = Field(default=0, ge=0, le=3)
-    """ZeRO stage over data parallelism: 1 shards optimizer state, 2 also gradients, 3 also
-    weights (FSDP: gathered layer by layer in forward and backward). `zero1: true` means at
-    least 1."""
+    """ZeRO stage over data parallelism: 0 off, 1 shards optimizer state, 2 also gradients, 3
+    also weights (FSDP: gathered layer by layer in forward and backward). Older files' `zero1`
+    is read as an alias (true: 1, false: 0) and refused where it disagrees with `zero`; it is
+    never written, so a file states its stage once."""
     pipelines: tuple[Pipeline, ...] = Field(min_length=1, max_length=MAX_DEGREE)
     ranks: tuple[RankInfo, ...]
     predicted: dict[str, Any] | None = None
@@ -119,6 +123,7 @@ class Plan(_Frozen):
         # pydantic's lax mode would read "2" or true as 2: a plan's counts must be numbers.
         if isinstance(data, dict):
             _check_counts(data)
+            data = resolve_zero_alias(data)
         return data
 
     @model_validator(mode="after")
@@ -129,8 +134,8 @@ class Plan(_Frozen):
     # --- derived views -------------------------------------------------------------------
     @property
     def zero_stage(self) -> int:
-        """The ZeRO stage in force (`zero`, at least 1 under `zero1`)."""
-        return max(self.zero, 1 if self.zero1 else 0)
+        """The ZeRO stage in force (`zero`; an old file's `zero1` was folded into it on load)."""
+        return self.zero
 
     def cp(self, pipeline: int) -> int:
         """Context-parallel degree of a pipeline (its cp-block's size)."""
@@ -209,6 +214,7 @@ def _count_values(data: dict[str, Any]) -> Iterator[Any]:
     yield data.get("global_batch_size")
     yield data.get("micro_batch_size")
     yield data.get("virtual_stages")
+    yield data.get("zero")
     pipes = data.get("pipelines")
     for pipe in pipes if isinstance(pipes, list) else []:
         if not isinstance(pipe, dict):
@@ -234,7 +240,8 @@ def _count_values(data: dict[str, Any]) -> Iterator[Any]:
 
 def _name_bad_count(data: dict[str, Any]) -> None:
     found: list[tuple[str, Any]] = [(k, data.get(k)) for k in
-                                    ("global_batch_size", "micro_batch_size", "virtual_stages")]
+                                    ("global_batch_size", "micro_batch_size", "virtual_stages",
+                                     "zero")]
     for p, pipe in enumerate(data.get("pipelines") or [] if isinstance(
             data.get("pipelines"), list) else []):
         if not isinstance(pipe, dict):

@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from planner.schema import Pipeline, Plan, Stage
 
-__all__ = ["check_context_groups", "check_expert_groups", "check_fractions"]
+__all__ = ["check_context_groups", "check_expert_groups", "check_fractions",
+           "resolve_zero_alias"]
 
 
 def _ep_shape(st: Stage) -> tuple[Any, ...]:
@@ -85,3 +86,26 @@ def check_fractions(plan: Plan) -> None:
     if abs(sum(given) - 1.0) > 1e-6:
         shown = " + ".join(f"{f:g}" for f in given)
         raise ValueError(f"shard_fraction {shown} = {sum(given):.6g}, must sum to 1")
+
+
+def resolve_zero_alias(data: dict[str, Any]) -> dict[str, Any]:
+    """Fold an older plan file's `zero1` into `zero` (the one field written since).
+
+    Files once carried both (`"zero1": true, "zero": 0` meant stage 1), so editing either one
+    alone silently kept the other in force. Now `zero1` alone reads as stage 1 / 0, and a file
+    whose two fields disagree is refused rather than guessed at."""
+    if "zero1" not in data:
+        return data
+    out = dict(data)
+    zero1 = out.pop("zero1")
+    if not isinstance(zero1, bool):
+        raise ValueError(f"zero1: {zero1!r:.40} is not true or false; delete \"zero1\" and "
+                         "give the ZeRO stage as \"zero\": 0, 1, 2 or 3")
+    zero = out.get("zero")
+    if zero is None:
+        out["zero"] = int(zero1)
+    elif isinstance(zero, int) and (zero >= 1) != zero1:
+        raise ValueError(f"\"zero1\": {str(zero1).lower()} and \"zero\": {zero} disagree "
+                         "(zero1 is the older spelling of zero >= 1); delete \"zero1\" and set "
+                         "\"zero\" to the stage you want (0 off, 1-3 on)")
+    return out

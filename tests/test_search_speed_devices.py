@@ -61,3 +61,80 @@ def test_plans_built_unvalidated_pass_full_validation() -> None:
         result = plan(load_model(name), load_cluster(where), top_k=10)
         for p in result.candidates:
             assert Plan.from_dict(p.to_dict()) == p
+
+
+def test_trusted_construction_is_model_construct() -> None:
+    """`assemble._trusted` sets what pydantic's `model_construct` sets, for the three models
+    `build_plan` builds that way (every field given, in declaration order)."""
+    from planner.schema import Pipeline, RankInfo, Stage
+    from planner.search.assemble import _trusted
+
+    stage = {"layers": (0, 3), "gpu": "A100-SXM4-40GB", "tp": 2, "ranks": (4, 5),
+             "recompute": "selective", "ep": None, "cp": 2}
+    cases = ((Stage, stage), (RankInfo, {"rank": 3, "node": "a100-1", "local_rank": 1}),
+             (Pipeline, {"microbatches": 4, "stages": (Stage.model_validate(stage),),
+                         "shard_fraction": None}))
+    for cls, values in cases:
+        assert list(values) == list(cls.model_fields)  # every field, declaration order
+        assert not any(f.alias or f.validation_alias for f in cls.model_fields.values())
+        ours, theirs = _trusted(cls, dict(values)), cls.model_construct(**values)
+        assert list(ours.__dict__.items()) == list(theirs.__dict__.items())
+        assert ours.model_fields_set == theirs.model_fields_set
+        assert ours.__pydantic_extra__ == theirs.__pydantic_extra__
+        assert ours.__pydantic_private__ == theirs.__pydantic_private__
+        assert ours == theirs and repr(ours) == repr(theirs)
+        assert ours.model_dump_json() == theirs.model_dump_json()
+        assert cls.model_validate(values) == ours  # and the values are valid ones
+
+
+def test_by_score_is_the_sort_by_score_and_repr() -> None:
+    """`engine.by_score` orders candidate entries as one sort by (score, repr(contents))
+    does, ties on both kept in input order, on entries with many tied scores."""
+    import random
+
+    from planner.search.engine import by_score
+
+    rng = random.Random(7)
+    for _ in range(200):
+        entries = [(rng.choice([1.5, 2.0, 2.0, 3.25, float("inf")]),
+                    (rng.randrange(3), ("1f1b", rng.randrange(3))), k)
+                   for k in range(rng.randrange(0, 30))]
+        assert by_score(entries) == sorted(entries, key=lambda r: (r[0], repr(r[1])))
+
+
+def _first_fit(cluster, requests):
+    """Plain first fit, every node's slots scanned (what `_place` must answer)."""
+    free = {g: [(name, [True] * group.gpus_per_node) for name in group.node_names()]
+            for g, group in enumerate(cluster.groups)}
+    out = {}
+    for r in sorted(range(len(requests)), key=lambda r: (-requests[r][1], r)):
+        g, tp, key = requests[r]
+        spot = next(((name, start) for name, slots in free[g]
+                     for start in range(0, len(slots), tp) if all(slots[start:start + tp])),
+                    None)
+        if spot is None:
+            return None
+        name, start = spot
+        slots = dict(free[g])[name]
+        slots[start:start + tp] = [False] * tp
+        out[key] = (name, tuple(range(start, start + tp)))
+    return out
+
+
+def test_placement_skips_change_no_first_fit() -> None:
+    """`assemble._place` passes over full nodes and nodes with too few free GPUs; it must
+    place every request where plain first fit does (and fail where it fails)."""
+    import random
+
+    from planner.search.assemble import _place
+
+    cluster = load_cluster("bench-64")
+    rng = random.Random(3)
+    for _ in range(300):
+        requests = []
+        for k in range(rng.randrange(1, 40)):
+            g = rng.randrange(len(cluster.groups))
+            gpn = cluster.groups[g].gpus_per_node
+            tp = rng.choice([t for t in (1, 2, 4, 8) if gpn % t == 0])
+            requests.append((g, tp, (k, 0, g)))
+        assert _place(cluster, requests) == _first_fit(cluster, requests)

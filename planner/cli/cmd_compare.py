@@ -22,6 +22,7 @@ from planner.cli.options import (
     SeqLenOption,
     finite_option,
     load_profiles,
+    note_calibration_gpus,
     parse_seq_len,
     use_calibration,
 )
@@ -99,6 +100,8 @@ def compare(
         c = planner.load_cluster(arg)
         name = c.name if c.name not in [n for n, _ in loaded] else arg
         loaded.append((name, c))
+    note_calibration_gpus((gpu for _, c in loaded for gpu in c.gpu_counts()),
+                          "these clusters" if len(loaded) > 1 else "this cluster")
     with spinner(f"planning {_model_name(graph, model)} on {len(loaded)} cluster(s)",
                  enabled=not json_out):
         rows = run_compare(graph, loaded, global_batch_size=global_batch, tokens=train_tokens,

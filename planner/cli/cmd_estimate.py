@@ -16,6 +16,7 @@ import typer
 from rich.table import Table
 
 from cost_models.moe import DEFAULT_CAPACITY_FACTOR
+from planner.api_checks import check_capacity_factor
 from planner.cli.main import EXIT_INFEASIBLE, app
 from planner.cli.options import (
     CalibrationOption,
@@ -24,6 +25,7 @@ from planner.cli.options import (
     SeqLenOption,
     finite_option,
     load_profiles,
+    note_calibration_gpus,
     parse_seq_len,
     use_calibration,
 )
@@ -160,9 +162,7 @@ def estimate(
     from planner.costing.zero_runs import priced_zero_stages, zero_downgrade_note
     from planner.report.plan_view import batch_record
 
-    if capacity_factor < 1.0:
-        raise HetplanError(f"--capacity-factor {capacity_factor}: must be >= 1 (the busiest "
-                           "expert carries at least the mean load)")
+    check_capacity_factor(capacity_factor, name="--capacity-factor")
     if recompute not in ("none", "selective", "full"):
         raise HetplanError(f"--recompute {recompute!r}: use none, selective or full")
     if schedule not in ("1f1b", "gpipe", "interleaved"):
@@ -180,7 +180,8 @@ def estimate(
         checked = load_checked(model_or_plan, cluster, seq_len=seq_len)
         plan, graph = checked.plan, checked.graph
         fw = framework_named(framework, plan.predicted)
-        _check_capacity(capacity_factor, graph)
+        note_calibration_gpus(checked.cluster.gpu_counts())
+        check_capacity_factor(capacity_factor, graph, "--capacity-factor")
         est = run_estimate(None, checked.cluster, plan, profiles=profiles, framework=fw,
                            capacity_factor=capacity_factor)
         title = f"{plan.model.get('name', 'model')} on {checked.cluster.name}"
@@ -195,7 +196,8 @@ def estimate(
             virtual_stages=virtual_stages, zero1=zero_stage >= 1, zero=zero_stage, ep=ep,
             cp=cp)
         fw = framework_named(framework)
-        _check_capacity(capacity_factor, model.graph)
+        note_calibration_gpus(cl.gpu_counts())
+        check_capacity_factor(capacity_factor, model.graph, "--capacity-factor")
         est = run_estimate(model, cl, plan, profiles=profiles, framework=fw,
                            capacity_factor=capacity_factor)
         title = f"{model.name} on {cl.name}"
@@ -216,18 +218,6 @@ def estimate(
             console.print(f"note: {zero_note}")
     if not est.feasible:
         raise typer.Exit(EXIT_INFEASIBLE)
-
-
-def _check_capacity(capacity_factor: float, graph: Any) -> None:
-    """The busiest expert takes at most every token once: num_experts / top-k × the mean
-    load (beyond it the expert GEMMs would be priced on tokens that do not exist, up to an
-    infinite, NaN iteration)."""
-    bound = min((layer.num_experts / layer.experts_per_token for layer in graph.layers
-                 if layer.num_experts and layer.experts_per_token), default=None)
-    if bound is not None and capacity_factor > bound:
-        raise HetplanError(f"--capacity-factor {capacity_factor:g}: at most {bound:g} "
-                           "(num_experts / top-k: the busiest expert receives every token "
-                           "at most once)")
 
 
 def _print(est: Any, title: str, plan: Any, capacity_factor: float, seq_len: int,

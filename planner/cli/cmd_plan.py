@@ -29,6 +29,7 @@ from planner.cli.options import (
     SeqLenOption,
     finite_option,
     load_profiles,
+    note_calibration_gpus,
     parse_seq_len,
     use_calibration,
 )
@@ -211,6 +212,7 @@ def plan(
     measured = load_profiles(profiles)
     m = load_model(model, seq_len=tokens)
     cl = load_cluster(cluster)
+    note_calibration_gpus(cl.gpu_counts())
     bar = None if json_out else _Bar()
     try:
         result = search(m, cl, global_batch_size=global_batch, objective=objective,

@@ -22,6 +22,7 @@ from planner.cli.options import (
     ProfilesOption,
     SeqLenOption,
     load_profiles,
+    note_calibration_gpus,
     parse_seq_len,
     use_calibration,
 )
@@ -41,6 +42,7 @@ def simulate_plan(plan_path: str | Path, profiles: Any = None, framework: str | 
     from planner.simulate import with_events
 
     plan = load_checked(plan_path, seq_len=seq_len).plan
+    note_calibration_gpus(st.gpu for pipe in plan.pipelines for st in pipe.stages)
     # The model and cluster the plan embeds, priced for the runtime it was planned for.
     est = estimate(None, None, plan, framework=framework_named(framework, plan.predicted),
                    profiles=profiles)

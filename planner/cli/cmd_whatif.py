@@ -23,6 +23,7 @@ from planner.cli.options import (
     SeqLenOption,
     finite_option,
     load_profiles,
+    note_calibration_gpus,
     parse_seq_len,
     use_calibration,
 )
@@ -96,6 +97,10 @@ def whatif(
                        network_gbps=network_gbps, partition=partition or (),
                        global_batch_size=global_batch,
                        objective=objective, framework=fw, profiles=measured)
+    from planner.cluster.load import cluster_from_dict
+
+    note_calibration_gpus([*base.gpu_counts(), *cluster_from_dict(w.cluster_after).gpu_counts()],
+                          "the cluster before or after")
     title = f"{getattr(graph, 'name', model)} on {base.name}: before → after"
     if plot is not None:
         from planner.report.whatif_plot import draw_whatif

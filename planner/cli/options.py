@@ -11,9 +11,12 @@ import typer
 from planner.errors import HetplanError
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from cost_models.profiles import ProfileSet
 
 __all__ = ["CalibrationOption", "FrameworkOption", "ProfilesOption", "SeqLenOption",
+           "note_calibration_gpus",
            "finite_option", "load_profiles", "parse_seq_len", "use_calibration"]
 
 
@@ -30,13 +33,37 @@ CalibrationOption = Annotated[Path | None, typer.Option(
     "`hetplan calibrate RUNS.csv --out FILE`).")]
 
 
+_CALIBRATION: list[tuple[Path, dict[str, float]]] = []
+"""The `--calibration` file this command applied, for `note_calibration_gpus` (one entry)."""
+
+
 def use_calibration(path: Path | None) -> None:
     """Apply `--calibration FILE` to every estimate of this command (checked first)."""
+    _CALIBRATION.clear()
     if path is None:
         return
     from planner.costing.calibrate import apply_calibration, load_calibration
 
-    apply_calibration(load_calibration(path))
+    scales = load_calibration(path)
+    apply_calibration(scales)
+    _CALIBRATION.append((path, scales))
+
+
+def note_calibration_gpus(gpus: Iterable[str], where: str = "this cluster") -> None:
+    """Say on stderr which GPU types of the `--calibration` file the cluster(s) lack: their
+    scales change nothing here. A note, not an error: one file may serve several clusters."""
+    if not _CALIBRATION:
+        return
+    from planner.costing.calibrate import unused_scales
+
+    path, scales = _CALIBRATION[0]
+    present = set(gpus)
+    unused = unused_scales(scales, present)
+    if unused:
+        typer.echo(f"note: --calibration {path}: {', '.join(unused)} not in {where} "
+                   f"(GPUs: {', '.join(sorted(present))}); "
+                   f"{'that scale has' if len(unused) == 1 else 'those scales have'} no effect",
+                   err=True)
 
 FrameworkOption = Annotated[str | None, typer.Option(
     "--framework", help="Runtime to price: hetplan (what `hetplan launch` runs) | megatron | "

@@ -34,7 +34,7 @@ from planner.input_files import (
 from planner.outfile import write_output
 
 __all__ = ["CalibrationFit", "MeasuredRun", "apply_calibration", "fit", "load_calibration",
-           "load_runs", "write_calibration"]
+           "load_runs", "unused_scales", "write_calibration"]
 
 _LO, _HI = 0.1, 10.0
 """Bounds of a fitted scale: beyond them the constants are not what is wrong."""
@@ -226,3 +226,9 @@ def _scale_key(path: Path, name: Any) -> str:
     except (LookupError, ValueError) as exc:
         raise HetplanError(f"--calibration {path}: gpu_efficiency_scale.{clip(str(name), 40)}: "
                            f"{clip(str(exc), 200)}") from None
+
+
+def unused_scales(scales: dict[str, float], gpus: set[str]) -> list[str]:
+    """The GPU types of a calibration that none of `gpus` (catalog names) is: their scales
+    change no estimate there ("*" always applies to the GPUs without their own entry)."""
+    return sorted(name for name in scales if name != "*" and name not in gpus)

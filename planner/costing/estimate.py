@@ -22,6 +22,7 @@ from typing import Any
 from cost_models.memory import inflight_microbatches
 from cost_models.moe import DEFAULT_CAPACITY_FACTOR
 from cost_models.profiles import ProfileSet
+from planner.api_checks import check_capacity_factor, framework_arg
 from planner.cluster.model import Cluster, Node
 from planner.costing.estimate_share import (
     _device_chunks,
@@ -41,7 +42,7 @@ from planner.costing.result import Estimate, StageEstimate
 from planner.costing.stage_cost import StageCost, stage_cost, tp_split
 from planner.costing.stage_memory import shardable_gib, stage_memory
 from planner.costing.zero_runs import priced_zero_stages
-from planner.errors import SpecError
+from planner.errors import ArgumentTypeError, SpecError
 from planner.graph.layers import LayerGraph
 from planner.schema import Plan
 from planner.simulate import StageTiming, simulate
@@ -63,7 +64,7 @@ class _Device:
 
 def estimate(model: Any, cluster: Cluster | None, plan: Plan, *,
              profiles: ProfileSet | None = None, precision: str | None = None,
-             overlap_dp: bool = False, framework: Framework = DEFAULT_FRAMEWORK,
+             overlap_dp: bool = False, framework: Framework | str = DEFAULT_FRAMEWORK,
              capacity_factor: float = DEFAULT_CAPACITY_FACTOR) -> Estimate:
     """Predict one training iteration of `plan`.
 
@@ -73,11 +74,18 @@ def estimate(model: Any, cluster: Cluster | None, plan: Plan, *,
     (forward and backward: FSDP and Megatron's distributed optimizer gather parameters during
     the forward and reduce gradients during the backward) instead of running it after the
     flush (a framework with `dp_overlap` always overlaps). `framework` describes the executing
-    framework where it changes the cost (default: hetplan's runtime;
+    framework where it changes the cost (a record or its CLI name; default: hetplan's runtime;
     `planner.costing.framework`). `capacity_factor`: a mixture-of-experts
     layer's busiest expert carries this many times the balanced load (`cost_models/moe.py`).
+    Bad arguments raise ArgumentError / ArgumentTypeError (ValueError / TypeError), one line.
     """
+    framework = framework_arg(framework)
+    capacity_factor = check_capacity_factor(capacity_factor)
+    if not isinstance(plan, Plan):
+        raise ArgumentTypeError(f"plan: expected a planner.Plan (Plan.load(path) or "
+                                f"Plan.from_dict(data)), got {type(plan).__name__}")
     layout = _layout(model, cluster, plan, profiles, precision, framework, capacity_factor)
+    check_capacity_factor(capacity_factor, layout.graph)
     return _priced(layout, plan, overlap_dp or framework.dp_overlap, framework)
 
 

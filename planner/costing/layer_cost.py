@@ -128,6 +128,14 @@ def layer_costs(layer: Layer, graph: LayerGraph, gpu: GpuSpec, tp: int, mb: int,
     elif split:
         comm_fwd = comm_bwd = layer.tp_allreduces_fwd * allreduce_s(
             b * layer.tp_allreduce_bytes, t, link)
+    if split and sp and layer.num_experts and fw.name == "hetplan":
+        # Megatron-SP ends the expert branch with a reduce-scatter (priced above, with its
+        # all-gather, as one all-reduce's ring volume); hetplan's runtime all-reduces the
+        # experts' row-parallel outputs over TP and slices back to the sequence shard
+        # (runtime/seqpar.py), and its backward all-gathers the slice's gradient: an
+        # all-gather + a whole all-reduce each way, i.e. one all-gather more.
+        gather = allgather_s(b * layer.tp_allreduce_bytes, t, link)
+        comm_fwd, comm_bwd = comm_fwd + gather, comm_bwd + gather
     if ep > 1 and layer.num_experts and ep_link is not None:
         # Dispatch and combine all-to-alls, forward and (mirrored) backward; each TP rank
         # sends its 1/tp share of the routed token copies (Megatron's alltoall dispatcher).

@@ -65,6 +65,21 @@ def _check_ep(graph: Any, ep: int, dp: int, cp: int = 1) -> None:
                            "of ep consecutive pipelines")
 
 
+def _tp_problem(layer: Any, tp: int) -> str:
+    """Which of the layer's dimensions `tp` fails, named as what it is: a block's heads, KV
+    heads and FFN width (tp must divide them), or an embedding / head's vocabulary (split in
+    padded rows, so tp only has to be at most its size)."""
+    if layer.tp_dims:
+        dims = " / ".join(str(d) for d in layer.tp_dims)
+        return (f"--tp {tp} does not divide layer {layer.name}'s heads, KV heads and FFN width "
+                f"({dims}; tp must divide {layer.max_tp}); pick a divisor of it")
+    if getattr(layer, "vocab_size", 0):
+        return (f"--tp {tp} is more than layer {layer.name}'s vocabulary of {layer.vocab_size} "
+                f"rows (each TP rank needs at least one); pick --tp at most {layer.max_tp}")
+    return (f"--tp {tp} is more than layer {layer.name}'s largest TP degree {layer.max_tp}; "
+            f"pick --tp at most {layer.max_tp}")
+
+
 def megatron_plan(model: Any, cluster: Cluster, *, tp: int, pp: int, dp: int, micro_batch: int,
                   global_batch: int, recompute: str = "none", sequence_parallel: bool = False,
                   schedule: str = "1f1b", virtual_stages: int = 1,
@@ -84,8 +99,7 @@ def megatron_plan(model: Any, cluster: Cluster, *, tp: int, pp: int, dp: int, mi
     bad = [layer for layer in graph.layers
            if layer.max_tp < tp or (layer.kind == "block" and layer.max_tp % tp)]
     if bad:
-        raise HetplanError(f"--tp {tp} does not divide layer {bad[0].name}'s heads and FFN "
-                           f"width (tp must divide {bad[0].max_tp}); pick a divisor of it")
+        raise HetplanError(_tp_problem(bad[0], tp))
     _check_ep(graph, ep, dp, cp)
     if cp > 1 and graph.seq_len % (2 * cp):
         raise HetplanError(f"--cp {cp}: the sequence length {graph.seq_len} must divide into "
@@ -145,7 +159,8 @@ def megatron_plan(model: Any, cluster: Cluster, *, tp: int, pp: int, dp: int, mi
         "model": _spec_dict(model), "cluster": dict(cluster.spec) if cluster.spec else None,
         "global_batch_size": global_batch, "micro_batch_size": micro_batch,
         "schedule": schedule, "virtual_stages": virtual_stages,
-        "sequence_parallel": sequence_parallel, "zero1": zero1, "zero": zero,
+        # `zero1` (an argument, not a plan field) asks for at least stage 1.
+        "sequence_parallel": sequence_parallel, "zero": max(zero, int(zero1)),
         "pipelines": [p.model_dump() for p in pipelines],
         "ranks": [r.model_dump() for r in ranks_table],
     }

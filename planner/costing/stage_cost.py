@@ -142,6 +142,21 @@ _CACHE: dict[tuple, tuple[LayerGraph, ProfileSet, LayerCostTable]] = {}
 _CACHE_MAX = 20_000
 
 
+_CONTENTS: dict[int, tuple[LayerGraph, tuple[tuple, ...]]] = {}
+
+
+def _contents(graph: LayerGraph) -> tuple[tuple, ...]:
+    """Each layer's contents (what its costs depend on), worked out once per graph: the
+    search asks for hundreds of tables of one graph (cached on its identity, as `_CACHE`)."""
+    hit = _CONTENTS.get(id(graph))
+    if hit is None or hit[0] is not graph:
+        if len(_CONTENTS) >= 64:
+            _CONTENTS.clear()
+        hit = _CONTENTS[id(graph)] = (graph, tuple(
+            tuple(getattr(layer, f) for f in _CONTENT_FIELDS) for layer in graph.layers))
+    return hit[1]
+
+
 def _ties(graph: LayerGraph, gpu: GpuSpec, tp: int,
           fw: Framework) -> tuple[tuple[int, int, float, float], ...]:
     """Tied weights as `LayerCostTable.ties`: the copy splits over TP like the layer using it."""
@@ -182,8 +197,7 @@ def layer_cost_table(graph: LayerGraph, gpu: GpuSpec, tp: int, micro_batch: int,
     # depend on its contents, never on its position or name).
     same: dict[tuple, tuple[float, ...]] = {}
     rows = []
-    for layer in graph.layers:
-        contents = tuple(getattr(layer, f) for f in _CONTENT_FIELDS)
+    for layer, contents in zip(graph.layers, _contents(graph), strict=True):
         if contents not in same:
             same[contents] = layer_costs(layer, graph, gpu, tp, micro_batch, recompute,
                                           precision, sequence_parallel, link, profiles, framework,

@@ -14,6 +14,7 @@ from planner.costing import DEFAULT_FRAMEWORK, Estimate
 from planner.costing.framework import MEGATRON_CORE
 from planner.errors import HetplanError
 from planner.export.megatron import megatron_text
+from planner.export.predicted import prediction_notes
 from planner.export.torchtitan import torchtitan_toml
 from planner.export.uniform import UniformShape, uniform_shape
 from planner.schema import Plan
@@ -54,11 +55,7 @@ def _notes(plan: Plan, shape: UniformShape, target: str) -> list[str]:
              f"{cluster.get('name', 'cluster')}, {world} × {shape.gpu}: TP {shape.tp} × "
              f"{cp}PP {shape.pp} × DP {shape.dp}, {shape.microbatches_per_pipeline} micro-batches "
              f"of {shape.micro_batch_size} per replica, schedule {shape.schedule}"]
-    pred = plan.predicted or {}
-    if "iteration_time_s" in pred:
-        notes.append(f"hetplan predicts {pred['iteration_time_s']:.4f} s per iteration, "
-                     f"{pred.get('tokens_per_s', 0):,.0f} tokens/s "
-                     f"(priced for {pred.get('framework', 'hetplan')})")
+    notes += prediction_notes(plan)  # re-estimated: the stored block may predate an edit
     if not shape.megatron_rank_order:
         notes.append("the plan's rank order differs from the framework's (TP fastest, then DP, "
                      "then PP): stages land on nodes by launch order, not where the plan put them")

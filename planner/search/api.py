@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from cost_models.profiles import ProfileSet
+from planner.api_checks import check_count, framework_arg
 from planner.costing.estimate import sharding_estimator, with_prediction
 from planner.costing.framework import DEFAULT_FRAMEWORK, FRAMEWORKS, Framework
 from planner.costing.resolve import resolve_cluster, resolve_model
@@ -32,6 +33,7 @@ from planner.search.engine import (
     _SMALL_CLUSTER,
     OBJECTIVES,
     Search,
+    by_score,
     default_batch,
     model_spec,
     plan_key,
@@ -182,18 +184,28 @@ def plan(model: Any, cluster: Any, *, global_batch_size: int | None = None,
          schedules: Sequence[str] | None = None, sequence_parallel: bool = False,
          profiles: ProfileSet | None = None,
          progress: Callable[[float, str], None] | None = None,
-         framework: Framework = DEFAULT_FRAMEWORK, seq_len: int | None = None) -> SearchResult:
+         framework: Framework | str = DEFAULT_FRAMEWORK, seq_len: int | None = None
+         ) -> SearchResult:
     """The best plan for `model` on `cluster` (and the top-k), as `estimate` ranks them.
 
     `objective`: "throughput" (least iteration time) or "cost" (least $ per million tokens);
     `budget_usd_per_hour` keeps only plans whose GPUs cost at most that. Raises
     InfeasibleError, with the numbers, when nothing fits. `framework` is the runtime that
-    will run the plan (default: hetplan's; `planner.costing.framework`), so that the search
-    prices what that runtime does. `seq_len` plans another training sequence length than the
-    model's (a Model, ModelSpec, name or file; see `planner.load_model`).
+    will run the plan (a record or its CLI name, e.g. "megatron"; default: hetplan's;
+    `planner.costing.framework`), so that the search prices what that runtime does.
+    `seq_len` plans another training sequence length than the model's (a Model, ModelSpec,
+    name or file; see `planner.load_model`). Bad arguments raise ArgumentError /
+    ArgumentTypeError (ValueError / TypeError), one line.
     """
     start = time.perf_counter()
+    framework = framework_arg(framework)
+    if global_batch_size is not None:
+        check_count("global_batch_size", global_batch_size)
+    check_count("top_k", top_k)
+    for b in micro_batch_sizes or ():
+        check_count("micro_batch_sizes item", b)
     if seq_len is not None:
+        check_count("seq_len", seq_len)
         model = _at_seq_len(model, seq_len)
     if objective not in OBJECTIVES:
         raise HetplanError(f"objective {objective!r} is not one of {', '.join(OBJECTIVES)}")
@@ -231,7 +243,7 @@ def plan(model: Any, cluster: Any, *, global_batch_size: int | None = None,
                      profiles=profiles, progress=progress, framework=framework)
     search.allowed = wanted
     raw = search.run(sizes, scheds)
-    raw.sort(key=lambda r: (r[0], repr(r[1])))
+    raw = by_score(raw)  # the order of the key (score, repr(contents))
     small = len(raw) <= _COST_ALL_BELOW and search.small
     chosen = raw if small else raw[:max(_COST_TOP, 2 * top_k)]
     costed: list[tuple[tuple, Plan, Estimate]] = []

@@ -68,20 +68,38 @@ def split_microbatches(total: int, pipelines: Sequence[tuple[float, float, int]]
 
 def _place(cluster: Cluster, requests: list[tuple[int, int, tuple[int, int, int]]],
            ) -> dict[tuple[int, int, int], tuple[str, tuple[int, ...]]] | None:
-    """requests: (group, tp, key) in preference order -> key: (node name, local ranks)."""
+    """requests: (group, tp, key) in preference order -> key: (node name, local ranks).
+
+    First fit over the group's nodes in order. Nodes that cannot hold the request are passed
+    over without a look at their slots (first fit places nothing there either): the full
+    nodes at the front of the group, and any node with fewer free GPUs than the request's
+    (1024 GPUs: the scan otherwise dominates the plan's assembly)."""
     free: dict[int, list[tuple[str, list[bool]]]] = {}
+    left: dict[int, list[int]] = {}  # free GPUs per node
+    first: dict[int, int] = {}  # nodes before it are full
     for g_idx, group in enumerate(cluster.groups):
         free[g_idx] = [(name, [True] * group.gpus_per_node) for name in group.node_names()]
+        left[g_idx] = [group.gpus_per_node] * len(free[g_idx])
+        first[g_idx] = 0
     out: dict[tuple[int, int, int], tuple[str, tuple[int, ...]]] = {}
     order = sorted(range(len(requests)), key=lambda r: (-requests[r][1], r))
     for r in order:
         g_idx, tp, key = requests[r]
+        nodes, counts = free[g_idx], left[g_idx]
+        k = first[g_idx]
+        while k < len(nodes) and counts[k] == 0:
+            k += 1
+        first[g_idx] = k
         placed = False
-        for name, slots in free[g_idx]:
+        for at in range(k, len(nodes)):
+            if counts[at] < tp:
+                continue
+            name, slots = nodes[at]
             for start in range(0, len(slots), tp):
                 if all(slots[start:start + tp]):
                     for x in range(start, start + tp):
                         slots[x] = False
+                    counts[at] -= tp
                     out[key] = (name, tuple(range(start, start + tp)))
                     placed = True
                     break
@@ -90,6 +108,22 @@ def _place(cluster: Cluster, requests: list[tuple[int, int, tuple[int, int, int]
         if not placed:
             return None
     return out
+
+
+def _trusted(cls: type[Any], values: dict[str, Any]) -> Any:
+    """`cls.model_construct(**values)` for models without aliases, defaults left out or
+    post-init hooks, given every field in declaration order: the same four attributes set,
+    without model_construct's per-field alias and default lookups (thousands per search;
+    `tests/test_search_speed_devices.py` checks the two agree)."""
+    m = cls.__new__(cls)
+    _set(m, "__dict__", values)
+    _set(m, "__pydantic_fields_set__", set(values))
+    _set(m, "__pydantic_extra__", None)
+    _set(m, "__pydantic_private__", None)
+    return m
+
+
+_set = object.__setattr__
 
 
 def build_plan(cluster: Cluster, classes: Sequence[PipelineClass], microbatches: Sequence[int],
@@ -126,15 +160,15 @@ def build_plan(cluster: Cluster, classes: Sequence[PipelineClass], microbatches:
             # Built unvalidated (thousands per search): the values are plain ints and strings
             # of the types the fields hold, a stage's tp ranks come from `_place`, and the
             # Plan below still runs its own checks over the whole structure.
-            stages.append(Stage.model_construct(
-                layers=(int(st.start), int(st.end)), gpu=cluster.groups[g_idx].gpu.name,
-                tp=int(tp), ranks=ranks, recompute=RECOMPUTE[st.recompute],
-                ep=int(ep) if ep > 1 else None, cp=int(cp) if cp > 1 else None))
-        pipelines.append(Pipeline.model_construct(microbatches=int(microbatches[p_idx]),
-                                                  stages=tuple(stages), shard_fraction=None))
-    ranks = tuple(RankInfo.model_construct(rank=r, node=names[n], local_rank=int(loc))
+            stages.append(_trusted(Stage, {
+                "layers": (int(st.start), int(st.end)), "gpu": cluster.groups[g_idx].gpu.name,
+                "tp": int(tp), "ranks": ranks, "recompute": RECOMPUTE[st.recompute],
+                "ep": int(ep) if ep > 1 else None, "cp": int(cp) if cp > 1 else None}))
+        pipelines.append(_trusted(Pipeline, {"microbatches": int(microbatches[p_idx]),
+                                             "stages": tuple(stages), "shard_fraction": None}))
+    ranks = tuple(_trusted(RankInfo, {"rank": r, "node": names[n], "local_rank": int(loc)})
                   for (n, loc), r in sorted(rank_of.items(), key=lambda kv: kv[1]))
     return Plan(model=model_spec, cluster=cluster.spec, global_batch_size=global_batch_size,
                 micro_batch_size=micro_batch, schedule=schedule,
-                sequence_parallel=sequence_parallel, zero1=len(pipes) > 1,
+                sequence_parallel=sequence_parallel, zero=int(len(pipes) > 1),
                 pipelines=tuple(pipelines), ranks=ranks)

@@ -41,7 +41,7 @@ from planner.search.tables import (
     tp_degrees,
 )
 
-__all__ = ["OBJECTIVES", "Search", "default_batch", "model_spec", "plan_key"]
+__all__ = ["OBJECTIVES", "Search", "by_score", "default_batch", "model_spec", "plan_key"]
 
 OBJECTIVES = ("throughput", "cost")
 _MAX_USAGE_STATES = 1024
@@ -66,6 +66,24 @@ def plan_key(p: Plan) -> tuple:
             tuple((pp.microbatches, tuple((s.layers, s.gpu, s.tp, s.ranks, s.recompute, s.cp or 1,
                                            s.ep or 1) for s in pp.stages)) for pp in p.pipelines),
             tuple((r.node, r.local_rank) for r in p.ranks))
+
+
+def by_score(entries: list) -> list:
+    """Candidate entries in the order of the key (score, repr(contents)), building the repr
+    only where scores tie (a few of hundreds): sorted by score, then each run of equal scores
+    by repr; both sorts are stable, so equal keys keep their order as in one sort by the key."""
+    if any(r[0] != r[0] for r in entries):  # a NaN score: no total order, take the one sort
+        return sorted(entries, key=lambda r: (r[0], repr(r[1])))
+    out = sorted(entries, key=lambda r: r[0])
+    i = 0
+    while i < len(out):
+        j = i + 1
+        while j < len(out) and out[j][0] == out[i][0]:
+            j += 1
+        if j - i > 1:
+            out[i:j] = sorted(out[i:j], key=lambda r: repr(r[1]))
+        i = j
+    return out
 
 
 def model_spec(model: Any) -> dict[str, Any] | None:
@@ -117,6 +135,11 @@ class Search:
         # priced, which the re-costing meets again.
         self.judged: dict[tuple, tuple[Plan, Callable[[Plan], Estimate], Estimate]] = {}
         self.steps: list[tuple[int, str]] = []
+        # plans(): entry contents -> placement -> its Plan (None: unplaceable).
+        self.built: dict[tuple, dict[str, Plan | None]] = {}
+        self.splits: dict[tuple, tuple] = {}  # heterogeneous_plans' splits, kept
+        self.raw_keys: set[tuple] = set()  # combine(): keys of the candidates so far
+        self.raw_keyed = 0
         small = sum(self.gpus) <= _SMALL_CLUSTER
         self.small = small
         self.skipped_same_budget = 0
@@ -250,6 +273,7 @@ class Search:
         self.shapes = len(shapes)
         found: dict[tuple[int, str], dict[tuple[int, ...], list[PipelineClass]]] = {}
         raw: list = []
+        self.raw_keys, self.raw_keyed = set(), 0
         best_score = math.inf
         for idx, (lb, b, schedule, island, d, cp) in enumerate(shapes):
             if self.progress:
@@ -282,7 +306,9 @@ class Search:
 
     def combine(self, found, raw: list) -> list:
         """Add heterogeneous plans (classes on disjoint islands) to `raw`; returns the new."""
-        seen = {r[1] for r in raw}
+        # Keys of every entry in `raw`, kept across calls (raw only grows).
+        seen = self.raw_keys
+        seen.update(r[1] for r in raw[self.raw_keyed:])
         new = []
         exhaustive = self.small
         for b, schedule in self.steps:
@@ -314,24 +340,28 @@ class Search:
                 return self.memo[key]
 
             for score, key, combo, counts in heterogeneous_plans(
-                    solver, choices, total_mb, schedule, per_island=16 if exhaustive else 1):
+                    solver, choices, total_mb, schedule, per_island=16 if exhaustive else 1,
+                    splits=self.splits):
+                full = (b, schedule, key)
+                if full in seen:
+                    continue  # an earlier pass's entry
                 gpus: dict[int, int] = {}
                 for isl, cls in zip((k[0] for k in key), combo, strict=True):
                     for slot, u in enumerate(cls.template.usage):
                         gpus[isl[slot]] = gpus.get(isl[slot], 0) + cls.replicas * u
-                full = (b, schedule, key)
-                if full not in seen and self.price_ok(gpus):
+                if self.price_ok(gpus):
                     seen.add(full)
                     new.append((self.score(score, gpus), full, b, schedule, combo, counts))
         raw.extend(new)
+        self.raw_keyed = len(raw)  # the new entries' keys are in `seen` already
         return new
 
     def refresh_incumbent(self, entries: list) -> None:
         """Estimate the best candidates so the lower-bound pruning has a target."""
         if not entries or self.objective != "throughput" or self.budget is not None:
             return
-        for entry in sorted(entries, key=lambda r: (r[0], repr(r[1])))[:2]:
-            for plan in self.plans(entry)[:1]:
+        for entry in by_score(entries)[:2]:
+            for plan in self.plans(entry, first=True):
                 if plan.schedule not in self.allowed:
                     continue  # only a plan of the space asked for may prune it
                 # `estimate` itself, through the judge the sharding post-pass will want for
@@ -343,15 +373,27 @@ class Search:
                 if est.feasible:
                     self.incumbent = min(self.incumbent, est.iteration_time_s)
 
-    def plans(self, entry) -> list[Plan]:
+    def plans(self, entry, first: bool = False) -> list[Plan]:
+        """The entry's plan under each placement (distinct ones); with `first`, only the first
+        placement that places. Built once per entry: the incumbent's refresh and the
+        re-costing meet the same entries (plans are immutable, so sharing them is safe)."""
         _, _, b, schedule, classes, counts = entry
-        out = []
+        # Everything build_plan reads of the entry.
+        key = (b, schedule, tuple(counts),
+               tuple((c.template.key(), c.replicas, c.devices) for c in classes))
+        built = self.built.setdefault(key, {})
+        out: list[Plan] = []
         for placement in PLACEMENTS:
-            p = build_plan(self.cluster, classes, counts, model_spec=self.spec,
-                           global_batch_size=self.gbs, micro_batch=b, schedule=schedule,
-                           sequence_parallel=self.sp, placement=placement)
+            if placement not in built:
+                built[placement] = build_plan(
+                    self.cluster, classes, counts, model_spec=self.spec,
+                    global_batch_size=self.gbs, micro_batch=b, schedule=schedule,
+                    sequence_parallel=self.sp, placement=placement)
+            p = built[placement]
             if p is not None and all(p != q for q in out):
                 out.append(p)
+                if first:
+                    break
         return out
 
     def rank_key(self, est: Estimate, plan: Plan) -> tuple:

@@ -69,13 +69,17 @@ def _split(combo: Sequence[PipelineClass], total_mb: int, schedule: str):
 
 
 def heterogeneous_plans(solver: Solver, replica_choices: dict[tuple[int, ...], list[int]],
-                        total_mb: int, schedule: str, per_island: int = 1) -> Iterator[Entry]:
+                        total_mb: int, schedule: str, per_island: int = 1,
+                        splits: dict | None = None) -> Iterator[Entry]:
     """(score, key, classes, micro-batches per pipeline) for families of disjoint islands.
 
     `solver(island, d, pipelines, microbatches)` returns the island's classes, best first;
     the best `per_island` of each island are combined (the estimate's DP all-reduce depends
-    on the partners, so an island's runner-up can make the better pair).
+    on the partners, so an island's runner-up can make the better pair). `splits` keeps each
+    combination's split across calls (the search combines its growing set of classes again
+    and again; a split is a pure function of the classes and the micro-batch count).
     """
+    splits = {} if splits is None else splits
     for family in disjoint_families(list(replica_choices)):
         for ds in itertools.product(*(replica_choices[isl] for isl in family)):
             total_p = sum(ds)
@@ -97,7 +101,11 @@ def heterogeneous_plans(solver: Solver, replica_choices: dict[tuple[int, ...], l
                     break
                 best: tuple | None = None
                 for combo in itertools.product(*options):
-                    counts, score = _split(combo, total_mb, schedule)
+                    memo = (total_mb, tuple(map(id, combo)))
+                    hit = splits.get(memo)
+                    if hit is None:  # the entry holds the classes, so their ids stay unique
+                        hit = splits[memo] = (combo, *_split(combo, total_mb, schedule))
+                    counts, score = hit[1], hit[2]
                     if counts is None:
                         continue
                     key = tuple((isl, c.replicas, c.template.key())

@@ -99,12 +99,15 @@ class _Program:
         self.size = int(np.prod(self.dims))
         strides = [math.prod(self.dims[g + 1:]) for g in range(len(self.dims))]  # C order
         self.strides = strides
-        grid = np.indices(self.dims).reshape(len(self.dims), -1)
+        # Per option the usage states it moves from and to (`run` gathers them when there
+        # are several budget slots; one slot's moves are slices).
         self.shift: list[tuple[np.ndarray, np.ndarray]] = []
-        for opt in options:
-            ok = grid[opt.slot] + opt.units <= budgets[opt.slot]
-            src = np.nonzero(ok)[0]
-            self.shift.append((src, src + opt.units * int(strides[opt.slot])))
+        if len(self.dims) > 1:
+            grid = np.indices(self.dims).reshape(len(self.dims), -1)
+            for opt in options:
+                ok = grid[opt.slot] + opt.units <= budgets[opt.slot]
+                src = np.nonzero(ok)[0]
+                self.shift.append((src, src + opt.units * int(strides[opt.slot])))
         min_units: dict[int, int] = {}
         for opt in options:
             min_units[opt.slot] = min(min_units.get(opt.slot, opt.units), opt.units)
@@ -170,18 +173,22 @@ class _Program:
         # With one budget slot a move is a slice of usages (dead ones in it are infinite and
         # change no minimum), which numpy handles without gathering states by index.
         flat = len(self.dims) == 1
+        # (numpy's ufunc reductions and array methods directly: `ndarray.min`, `.any` and
+        # `np.nonzero` go through Python wrappers, which cost more than these small arrays.)
+        least, either = np.minimum.reduce, np.logical_or.reduce
+        pair = np.maximum if minmax else np.add
         for k in range(1, self.s_max + 1):
             prev = values[k - 1]
             cur = np.full((n + 1, size), inf)
             hi = n - k  # the stage at position k starts at layer <= n - k
             live = prev < inf
-            rows_live = np.nonzero(live.any(axis=1))[0]
+            rows_live = either(live, axis=1).nonzero()[0]
             if rows_live.size == 0:
                 break
             j_lo, j_hi = int(rows_live[0]), int(rows_live[-1])
-            cols_live = live.any(axis=0)
+            cols_live = either(live, axis=0)
             if flat:  # one budget slot: usages are a line, moves are slices
-                used = np.nonzero(cols_live)[0]
+                used = cols_live.nonzero()[0]
                 u_lo, u_hi = int(used[0]), int(used[-1])
             for o, opt in enumerate(self.options):
                 r0, r1, b0, b1 = self.box[o][k]
@@ -193,20 +200,18 @@ class _Program:
                     s1 = min(u_hi, size - 1 - opt.units) + 1
                     if u_lo >= s1:
                         continue
-                    src, dst = slice(u_lo, s1), slice(u_lo + opt.units, s1 + opt.units)
+                    g = prev[c0:c1, u_lo:s1]
+                    dst = slice(u_lo + opt.units, s1 + opt.units)
                 else:
                     src, dst = self.shift[o]
                     keep = cols_live[src]
                     if not keep.any():
                         continue
                     src, dst = src[keep], dst[keep]
+                    g = prev[c0:c1][:, src]
                 w = self.w_ji[o][k][c0:c1, i0:i1]
                 c = w if minmax else np.where(w <= cap, self.tc_ji[o][k][c0:c1, i0:i1], inf)
-                g = prev[c0:c1][:, src]
-                if minmax:
-                    best = np.maximum(c[:, :, None], g[:, None, :]).min(axis=0)
-                else:
-                    best = (c[:, :, None] + g[:, None, :]).min(axis=0)
+                best = least(pair(c[:, :, None], g[:, None, :]), axis=0)
                 # Options are merged by strict improvement in order (the first option with
                 # the least value wins), which `_trace` reproduces.
                 if flat:
@@ -219,7 +224,7 @@ class _Program:
         best_val, best_k, best_u = inf, -1, -1
         for k in range(1, len(values)):
             row = values[k][0]
-            u = int(np.argmin(row))
+            u = int(row.argmin())
             if row[u] < best_val:
                 best_val, best_k, best_u = float(row[u]), k, u
         if best_k < 0:
@@ -263,7 +268,7 @@ class _Program:
         best_val, best_k, best_u = np.inf, -1, -1
         for k in range(1, min(k_max, len(self.values) - 1) + 1):
             row = self.values[k][0]
-            u = int(np.argmin(row))
+            u = int(row.argmin())
             if row[u] < best_val:
                 best_val, best_k, best_u = float(row[u]), k, u
         return None if best_k < 0 else self._trace(best_k, best_u, cap, minmax)
@@ -310,7 +315,7 @@ class _Program:
                 c = self._stage_row(o, k, i, cap, minmax)
                 g = values[k - 1][:, u2]
                 row = np.maximum(c, g) if minmax else c + g
-                j = int(np.argmin(row))
+                j = int(row.argmin())
                 if row[j] == target:
                     break
             else:  # pragma: no cover - the values came from these very sums

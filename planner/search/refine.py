@@ -131,7 +131,7 @@ def _drop(p: Plan, members: list[int]) -> Plan | None:
         pipes.append(Pipeline(microbatches=counts.get(k, pipe.microbatches), stages=stages))
     ranks = tuple(RankInfo(rank=new_id[r], node=info[r].node, local_rank=info[r].local_rank)
                   for r in used)
-    return _rebuild(p, pipelines=tuple(pipes), ranks=ranks, zero1=len(pipes) > 1 and p.zero1)
+    return _rebuild(p, pipelines=tuple(pipes), ranks=ranks, zero=p.zero if len(pipes) > 1 else 0)
 
 
 def moves(p: Plan, schedules: Sequence[str], sizes: Sequence[int],

@@ -42,7 +42,7 @@ def _with(plan: Plan, zero: int, fractions: tuple[float, ...] | None = None) -> 
     pipes = tuple(pipe.model_copy(update={
         "shard_fraction": None if fractions is None else fractions[i]})
         for i, pipe in enumerate(plan.pipelines))
-    return plan.model_copy(update={"zero": zero, "zero1": zero >= 1, "predicted": None,
+    return plan.model_copy(update={"zero": zero, "predicted": None,
                                    "pipelines": pipes})
 
 

@@ -51,7 +51,7 @@ def simulate(chunks: Sequence[StageTiming], microbatches: int, schedule: str = "
     if not detail and not any(sync) and not any(opt) and _uniform(chunks):
         return _closed_form(chunks, s_count, v, microbatches, schedule, orders, sync, opt)
     if not detail:  # the same arithmetic, compiled per schedule shape (compiled.py)
-        free, busy = pipeline_times(chunks, s_count, v, microbatches, schedule)
+        free, busy = _times(tuple(chunks), s_count, v, microbatches, schedule)
         return _finished(chunks, s_count, v, microbatches, schedule, orders, sync, opt, free,
                          busy, [], [[] for _ in range(s_count)], detail=False)
 
@@ -144,7 +144,7 @@ def simulate(chunks: Sequence[StageTiming], microbatches: int, schedule: str = "
 
 def _finished(chunks: Sequence[StageTiming], s_count: int, v: int, m: int, schedule: str,
               orders: Sequence[Sequence[tuple[bool, int, int]]], sync: list[float],
-              opt: list[float], free: list[float], busy: list[float],
+              opt: list[float], free: Sequence[float], busy: Sequence[float],
               arrivals: list[tuple[list[float], list[float]]],
               runs: list[list[tuple[int, str, int, int, float, float]]], *,
               detail: bool) -> Timeline:
@@ -233,6 +233,16 @@ def _per_device(values: Sequence[float] | None, s_count: int, name: str) -> list
     if len(values) != s_count or any(x < 0 for x in values):
         raise ValueError(f"{name} needs {s_count} values ≥ 0 (one per device), got {list(values)}")
     return [float(x) for x in values]
+
+
+@lru_cache(maxsize=4096)
+def _times(chunks: tuple[StageTiming, ...], s_count: int, v: int, m: int,
+           schedule: str) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """`pipeline_times`, kept: the ops' times do not depend on the tails after the last op
+    (the DP sync and optimizer step), so the ZeRO stages and shard splits the search prices
+    for one layout share them (bench-64: 311 simulations, 118 distinct pipelines)."""
+    free, busy = pipeline_times(chunks, s_count, v, m, schedule)
+    return tuple(free), tuple(busy)
 
 
 @lru_cache(maxsize=256)

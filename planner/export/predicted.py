@@ -1,0 +1,44 @@
+"""The figures an exported config's comments state: estimated from the plan as it stands.
+
+A plan file's `predicted` block is what `hetplan plan` computed when it wrote the file; a
+plan edited by hand afterwards (another micro-batch size, ZeRO stage, layer split) still
+carries it. Export comments quote a fresh `estimate` instead, and say when the stored block
+disagrees, so they never state a stale figure.
+"""
+
+from __future__ import annotations
+
+import math
+
+from planner.errors import HetplanError
+from planner.schema import Plan
+
+__all__ = ["prediction_notes"]
+
+_SAME = 1e-6
+"""Relative tolerance for "the stored figure is this estimate" (both are full floats)."""
+
+
+def prediction_notes(plan: Plan) -> list[str]:
+    """Comment lines with the plan's predicted iteration time and throughput, priced now for
+    the framework it was priced for (`predicted.framework`, else hetplan's runtime)."""
+    from planner.costing import estimate
+    from planner.costing.framework import framework_named, framework_of
+
+    name = framework_of(plan.predicted)
+    try:
+        est = estimate(None, None, plan, framework=framework_named(name))
+    except HetplanError as exc:
+        return [f"no prediction: hetplan cannot price this plan as it stands ({exc})"]
+    notes = [f"hetplan predicts {est.iteration_time_s:.4f} s per iteration, "
+             f"{est.tokens_per_s:,.0f} tokens/s (priced for {name}, from the plan as it "
+             "stands)"]
+    if not est.feasible:
+        notes.append(f"the plan does not fit its GPUs: {est.problems[0] if est.problems else ''}")
+    stored = (plan.predicted or {}).get("iteration_time_s")
+    if (isinstance(stored, int | float) and not isinstance(stored, bool)
+            and not math.isclose(stored, est.iteration_time_s, rel_tol=_SAME)):
+        notes.append(f"the plan file's stored prediction ({stored:.4f} s per iteration) "
+                     "differs: the plan was edited after it was priced, or priced with "
+                     "--calibration / --profiles, which export does not apply")
+    return notes
