@@ -17,6 +17,7 @@ the per-GPU residuals, and the values to put in cost_models/efficiency.py.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import importlib
 import math
 import sys
@@ -69,9 +70,12 @@ def samples(data: Path) -> list[tuple[str, str, object, int, int, float, float]]
 
 def _with(old: efficiency.ComputeConstants, unit: str, eff: float,
           ks: float) -> efficiency.ComputeConstants:
-    return efficiency.ComputeConstants(
-        eff if unit == "tensor" else old.tensor_eff, eff if unit == "tf32" else old.tf32_eff,
-        eff if unit == "cuda" else old.cuda_eff, old.memory_eff, ks, "fit")
+    # dataclasses.replace keeps the fields not swept (fp8_eff: rebuilding the record without
+    # it priced NeMo's fp8 GEMMs at the swept 16-bit efficiency in `--large` sweeps).
+    return dataclasses.replace(
+        old, tensor_eff=eff if unit == "tensor" else old.tensor_eff,
+        tf32_eff=eff if unit == "tf32" else old.tf32_eff,
+        cuda_eff=eff if unit == "cuda" else old.cuda_eff, kernel_s=ks, fitted_on="fit")
 
 
 def framework_of(graph) -> Framework:

@@ -17,6 +17,7 @@ from cost_models.attention import (
     TRITON_FA1_SLOWDOWN,
     attention_scale_on,
     attention_time_scale,
+    kernel_on,
 )
 from cost_models.catalog import get_gpu
 from cost_models.efficiency import compute_constants
@@ -110,6 +111,37 @@ def test_long_sequences_pay_more() -> None:
         rise.append(moved[1] / base[1])
     assert rise[0] > 1.0
     assert rise[1] - 1 > 4 * (rise[0] - 1)
+
+
+def test_te_runs_cudnn_on_hopper_and_fa2_on_ampere(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Transformer Engine's DotProductAttention prefers cuDNN fused attention on Hopper and
+    later, FlashAttention-2 before; a generation with neither keeps the GEMM rate."""
+    assert kernel_on("te", "hopper") == kernel_on("te", "blackwell") == "cudnn"
+    assert kernel_on("te", "ampere") == "fa2"
+    assert kernel_on("te", "volta") == ""
+    assert kernel_on("fa2", "hopper") == "fa2"
+    # Not priced as shipped (docs/cost-model.md §1b: the joint refit is not shipped), so "te"
+    # keeps the GEMM rate; once cuDNN on Hopper is priced, "te" takes its figure there.
+    assert attention_time_scale("te", "hopper", 0.62) == (1.0, 1.0)
+    import cost_models.attention as attention
+
+    monkeypatch.setattr(attention, "PRICED", PRICED | {("cudnn", "hopper")})
+    f, b = KERNEL_EFFICIENCY[("cudnn", "hopper")]
+    assert attention_time_scale("te", "hopper", 0.62) == pytest.approx((0.62 / f, 0.62 / b))
+    assert attention_time_scale("te", "ampere", 0.63) == (1.0, 1.0)
+
+
+def test_unpriced_figures_from_their_papers() -> None:
+    # FlashAttention-2 on A100 is the FA2 paper's figure (73 % / 63 % at the causal ratio).
+    assert KERNEL_EFFICIENCY[("fa2", "ampere")] == FA2_A100
+    # cuDNN on B200, FA4 paper abstract: FA4 up to 1605 TFLOP/s bf16 and up to 1.3x cuDNN
+    # 9.13, of the 2250 TFLOP/s dense peak; backward at cuDNN's Hopper backward / forward.
+    f, b = KERNEL_EFFICIENCY[("cudnn", "blackwell")]
+    assert f == pytest.approx(1605 / 1.3 / 2250)
+    assert b / f == pytest.approx((517 * 529 / 600) / 534)
+    assert get_gpu("B200-180GB").peak_tflops["bf16"] == 2250
+    for key in (("fa2", "ampere"), ("cudnn", "blackwell")):
+        assert key not in PRICED
 
 
 def test_records_name_their_kernel() -> None:

@@ -39,7 +39,9 @@ def _kv_whole(spec: Any, mb: int, tp: int, dtype_bytes: int) -> float:
 
 
 def _cost(graph, cp: int, tp: int, mb: int, recompute: str, **kw):
-    return stage_cost(graph, 0, len(graph.layers), A100, tp, mb, recompute, precision="bf16",
+    # Embedding and blocks: the head's stage peaks in its loss's buffers when they outweigh a
+    # block's backward (test_head_peak.py), where no K/V is gathered.
+    return stage_cost(graph, 0, len(graph.layers) - 1, A100, tp, mb, recompute, precision="bf16",
                       cp=cp, cp_link=LINK if cp > 1 else None, profiles=ProfileSet(), **kw)
 
 

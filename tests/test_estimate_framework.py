@@ -165,7 +165,8 @@ def test_runtime_splits_embedding_and_head_when_tp_divides_the_vocabulary() -> N
 def test_whole_head_costs_its_full_state_and_logits_in_memory() -> None:
     """Peak memory of the last stage at TP 4, embedding and head whole minus split: the head's
     16 B/param of mixed-precision Adam state and its loss's fp32 log-probabilities (4·s·V B),
-    3/4 of each; the head's 2·s·h B of hidden-sized inputs are whole either way."""
+    3/4 of each, and the loss's transient buffers; the head's 2·s·h B of hidden-sized inputs
+    are whole either way."""
     graph = _with_vocab(gpt_graph(layers=2, vocab=51200), 51200)
     head = graph.layers[-1]
     cl = cluster(("a", gpu(), 2, 4, 100.0, None))
@@ -175,7 +176,10 @@ def test_whole_head_costs_its_full_state_and_logits_in_memory() -> None:
     gib = 2 ** 30
     inflight = 1  # 1F1B: the last of 2 stages holds one micro-batch
     logprobs = 4.0 * graph.seq_len * 51200
-    expected = 0.75 * (16 * head.params + inflight * logprobs) / gib
+    # The loss's buffers beside them (vocab_cost.loss_transient_bytes), one micro-batch's:
+    # 8 B per logit whole; split, 12 B per logit of this rank's quarter (loss_parallel).
+    loss = (8.0 - 12.0 / 4) * graph.seq_len * 51200
+    expected = (0.75 * (16 * head.params + inflight * logprobs) + loss) / gib
     assert (whole.stages[-1].peak_memory_gib - split.stages[-1].peak_memory_gib
             == pytest.approx(expected, rel=1e-9))
 

@@ -92,7 +92,7 @@ def test_by_score_is_the_sort_by_score_and_repr() -> None:
     does, ties on both kept in input order, on entries with many tied scores."""
     import random
 
-    from planner.search.engine import by_score
+    from planner.search.order import by_score
 
     rng = random.Random(7)
     for _ in range(200):

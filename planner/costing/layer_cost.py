@@ -23,6 +23,7 @@ from planner.costing.moe_tp_comm import hetplan_moe_tp_comm_s
 from planner.costing.vocab_cost import (
     head_input_whole_under_sp,
     head_split_bytes,
+    loss_transient_bytes,
     vocab_tp_comm_s,
     whole_params,
 )
@@ -232,6 +233,8 @@ def layer_costs(layer: Layer, graph: LayerGraph, gpu: GpuSpec, tp: int, mb: int,
         transient = activation_bytes_per_gpu(b * max(0.0, whole - saved), 0.0, t, sp) + probs
     else:
         act += probs
+    if layer.kind == "head":  # never recomputed: its only transient is its loss's buffers
+        transient = b * loss_transient_bytes(layer, graph, fw, ts)
     experts = layer.expert_params / ep / ts if layer.num_experts else 0.0
     ctx_act = ctx_transient = 0.0
     if gathered:  # every rank holds the whole sequences' K/V for attention (runtime/context.py)

@@ -21,8 +21,9 @@ class StageMemory:
     activations_gib: float
     """Saved activations of the micro-batches in flight at the peak."""
     other_gib: float
-    """Workspace: the recompute transient plus the fixed framework overhead (CUDA context,
-    NCCL buffers, allocator fragmentation)."""
+    """Workspace: the stage's largest transient (a block's recompute, or on the last stage
+    the loss's buffers) plus the fixed framework overhead (CUDA context, NCCL buffers,
+    allocator fragmentation)."""
     context_gib: float = 0.0
     """Context parallelism's all-gathered K/V (hetplan's runtime): other cp ranks' K/V saved
     for the backward by the in-flight micro-batches, and one block's backward transient (the

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from itertools import accumulate
 
-from cost_models.comm import Link
+from cost_models.comm import Link, allgather_s
 from cost_models.compute import adam_step_s
 from cost_models.gpu import GpuSpec
 from cost_models.memory import optimizer_bytes_per_param, state_bytes_per_param
@@ -20,6 +20,7 @@ from cost_models.profiles import ProfileSet, default_profiles
 from planner.costing.framework import DEFAULT_FRAMEWORK, Framework
 from planner.costing.layer_cost import kv_bytes_per_sequence, layer_costs, tp_split
 from planner.costing.links import link_of_kind
+from planner.costing.vocab_cost import head_input_whole_under_sp
 from planner.graph.layers import Layer, LayerGraph
 
 __all__ = ["LayerCostTable", "StageCost", "kv_bytes_per_sequence", "layer_cost_table",
@@ -49,8 +50,9 @@ class StageCost:
     optimizer_step_s: float
     """Adam step for this GPU's parameters (memory-bound), unsharded."""
     recompute_transient_bytes: float = 0.0
-    """Extra bytes the backward of one layer needs at once: its recomputed activations, and
-    under context parallelism the gathered K/V's (0 without recompute or cp)."""
+    """Extra bytes one layer's passes need at once, the largest over the stage's layers (peaks
+    of different phases do not add): a block's recomputed activations and under context
+    parallelism the gathered K/V's; the head's loss buffers (vocab_cost.loss_transient_bytes)."""
     recompute_s: float = 0.0
     """The part of `bwd_s` spent re-running forward work (drawn apart in Gantt charts)."""
     expert_optimizer_bytes_per_gpu: float = 0.0
@@ -75,7 +77,7 @@ class LayerCostTable:
     activation_bytes: tuple[float, ...]
     update_s: tuple[float, ...]
     transient_bytes: tuple[float, ...]
-    """Per layer (not a prefix sum): the recompute transient of that layer."""
+    """Per layer (not a prefix sum): the transient of that layer (recompute, cp K/V, loss)."""
     output_bytes: tuple[float, ...]
     """Per layer (not a prefix sum): bytes of the layer's output for one micro-batch."""
     state_bytes_per_param: float
@@ -91,6 +93,21 @@ class LayerCostTable:
     """Prefix sums of the gathered K/V part of `activation_bytes` (empty: none)."""
     context_transient_bytes: tuple[float, ...] = ()
     """Per layer: the gathered K/V part of `transient_bytes` (empty: none)."""
+    sp_edge_s: float = 0.0
+    """One all-gather of a micro-batch's whole hidden states over TP: hetplan's runtime runs
+    one at each edge of a chunk's run of sequence-parallel blocks, in the forward after the
+    run (`ChunkModule`'s `gather_sequence`) and in the backward before it (the gradient of
+    `scatter_sequence`, runtime/seqpar.py); 0 without SP or where the framework keeps the
+    sequence split into the head."""
+    blocks: tuple[float, ...] = ()
+    """Prefix counts of the transformer blocks, for `sp_edge_s` (empty: not needed)."""
+
+    def sp_edges_s(self, start: int, end: int) -> float:
+        """Seconds of the SP edge all-gathers layers [start, end) run in each pass: one if
+        they hold a block (a chunk's blocks are one run), else none."""
+        if self.sp_edge_s and self.blocks and self.blocks[end] > self.blocks[start]:
+            return self.sp_edge_s
+        return 0.0
 
     def tied_copy(self, start: int, end: int) -> tuple[float, float]:
         """(parameters per GPU, Adam step s) of the tied copies layers [start, end) hold."""
@@ -110,9 +127,10 @@ class LayerCostTable:
         worst = max(range(start, end), key=self.transient_bytes.__getitem__)
         ctx_act = (self.context_activation_bytes[end] - self.context_activation_bytes[start]
                    if self.context_activation_bytes else 0.0)
+        edge = self.sp_edges_s(start, end)
         return StageCost(
-            fwd_s=self.fwd_s[end] - self.fwd_s[start],
-            bwd_s=self.bwd_s[end] - self.bwd_s[start],
+            fwd_s=self.fwd_s[end] - self.fwd_s[start] + edge,
+            bwd_s=self.bwd_s[end] - self.bwd_s[start] + edge,
             bwd_weight_s=self.bwd_weight_s[end] - self.bwd_weight_s[start],
             params_per_gpu=round(params),
             static_bytes_per_gpu=params * self.state_bytes_per_param,
@@ -204,6 +222,11 @@ def layer_cost_table(graph: LayerGraph, gpu: GpuSpec, tp: int, micro_batch: int,
                                           (ep, ep_link, capacity_factor), (cp, cp_link))
         rows.append(same[contents])
     cols = list(zip(*rows, strict=True))
+    blocks = [1.0 if layer.kind == "block" else 0.0 for layer in graph.layers]
+    edge = 0.0
+    if sequence_parallel and tp > 1 and head_input_whole_under_sp(framework) and any(blocks):
+        whole = max(layer.output_bytes for layer in graph.layers if layer.kind == "block")
+        edge = allgather_s(micro_batch / cp * whole, tp, link)
 
     def prefix(xs: tuple[float, ...]) -> tuple[float, ...]:
         return (0.0, *accumulate(xs))
@@ -220,6 +243,7 @@ def layer_cost_table(graph: LayerGraph, gpu: GpuSpec, tp: int, micro_batch: int,
         expert_params=prefix(cols[8]) if any(cols[8]) else (),
         context_activation_bytes=prefix(cols[9]) if any(cols[9]) else (),
         context_transient_bytes=tuple(cols[10]) if any(cols[10]) else (),
+        sp_edge_s=edge, blocks=prefix(tuple(blocks)) if edge else (),
     )
     if len(_CACHE) >= _CACHE_MAX:
         _CACHE.clear()

@@ -17,7 +17,7 @@ from planner.costing.framework import DEFAULT_FRAMEWORK, Framework
 from planner.graph.layers import Layer, LayerGraph
 
 __all__ = ["LOSS_ALLREDUCES", "LOGPROB_BYTES", "head_input_whole_under_sp", "head_split_bytes",
-           "vocab_params", "vocab_tp_comm_s", "whole_params"]
+           "loss_transient_bytes", "vocab_params", "vocab_tp_comm_s", "whole_params"]
 
 LOGPROB_BYTES = 4
 """Bytes per logit the loss keeps for the backward: the fp32 log-probabilities (our
@@ -68,6 +68,38 @@ def head_input_whole_under_sp(fw: Framework) -> bool:
     final norm sequence-parallel (Megatron's output layer also saves its split input and
     gathers it again in the backward), so for their records the ÷ TP price stays."""
     return fw.name == DEFAULT_FRAMEWORK.name
+
+
+def loss_transient_bytes(layer: Layer, graph: LayerGraph, fw: Framework, ts: int) -> float:
+    """Bytes per sequence the head's loss holds at once beyond the saved fp32 log-probabilities
+    (priced as activations), at the peak of its forward or its backward, whichever is higher:
+    seq × vocab / ts logits of it, with `ts` the head's TP split. The two peaks are of
+    different phases, so they do not add (tests/test_head_peak.py measures them).
+
+    hetplan's runtime and torchtitan (`cross_entropy(logits.float(), labels)`):
+      forward: the logits and their fp32 copy (the same tensor for fp32 logits) beside the
+      log-probabilities; backward at TP 1: `nll_loss_backward`'s fp32 gradient and
+      `_log_softmax_backward_data`'s fp32 result beside the saved log-probabilities, 8 B.
+      Under `loss_parallel` (split logits): the forward's `shifted` and its `exp` 8 B more
+      (torch/distributed/tensor/parallel/loss.py `_log_softmax`), the backward's
+      `zeros_like` gradient, `exp(x)` and their sum beside the saved log-probabilities,
+      12 B (`_nll_loss_and_log_softmax_backward`).
+    Megatron's vocab-parallel cross-entropy (the records that pad the vocabulary) works in
+    place on its fp32 copy (megatron/core/tensor_parallel/cross_entropy.py: `-=`,
+    `torch.exp(out=)`, `div_`, and in the backward the saved softmax becomes the gradient):
+    only the 16-bit logits beside the copy in the forward, and the gradient's 16-bit cast
+    in the backward."""
+    if layer.kind != "head" or layer.vocab_size <= 0:
+        return 0.0
+    d = graph.dtype_bytes
+    upcast = d + (LOGPROB_BYTES if d < LOGPROB_BYTES else 0)  # logits + their fp32 copy
+    if fw.pads_vocab:
+        per_logit = upcast - LOGPROB_BYTES
+    elif ts > 1:
+        per_logit = max(upcast + LOGPROB_BYTES, 3 * LOGPROB_BYTES)
+    else:
+        per_logit = max(upcast, 2 * LOGPROB_BYTES)
+    return float(graph.seq_len) * layer.vocab_size / ts * per_logit
 
 
 def vocab_tp_comm_s(layer: Layer, graph: LayerGraph, sequences: float, tp: int,

@@ -31,6 +31,7 @@ from planner.limits import MAX_MICROBATCHES
 from planner.schema import Plan
 from planner.search.assemble import PLACEMENTS, PipelineClass, build_plan
 from planner.search.hetero import heterogeneous_plans, shortlist
+from planner.search.order import by_score, plan_key
 from planner.search.partition import Option, objective, solve
 from planner.search.shapes import islands, shapes_for
 from planner.search.tables import (
@@ -58,32 +59,6 @@ _NEAR = 0.5
 """Small clusters: also re-cost every pipeline within 50 % of the program's best objective."""
 _SMALL_CLUSTER = 8
 """Up to this many GPUs every bottleneck cap is tried and every candidate re-costed."""
-
-
-def plan_key(p: Plan) -> tuple:
-    """A total, deterministic order on plans (the last tie-breaker of the ranking)."""
-    return (p.micro_batch_size, p.schedule, p.virtual_stages,
-            tuple((pp.microbatches, tuple((s.layers, s.gpu, s.tp, s.ranks, s.recompute, s.cp or 1,
-                                           s.ep or 1) for s in pp.stages)) for pp in p.pipelines),
-            tuple((r.node, r.local_rank) for r in p.ranks))
-
-
-def by_score(entries: list) -> list:
-    """Candidate entries in the order of the key (score, repr(contents)), building the repr
-    only where scores tie (a few of hundreds): sorted by score, then each run of equal scores
-    by repr; both sorts are stable, so equal keys keep their order as in one sort by the key."""
-    if any(r[0] != r[0] for r in entries):  # a NaN score: no total order, take the one sort
-        return sorted(entries, key=lambda r: (r[0], repr(r[1])))
-    out = sorted(entries, key=lambda r: r[0])
-    i = 0
-    while i < len(out):
-        j = i + 1
-        while j < len(out) and out[j][0] == out[i][0]:
-            j += 1
-        if j - i > 1:
-            out[i:j] = sorted(out[i:j], key=lambda r: repr(r[1]))
-        i = j
-    return out
 
 
 def model_spec(model: Any) -> dict[str, Any] | None:

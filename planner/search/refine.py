@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from planner.schema import Pipeline, Plan, RankInfo
-from planner.search.engine import plan_key
+from planner.search.order import plan_key
 
 __all__ = ["moves", "neighbours", "refine"]
 

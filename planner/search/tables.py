@@ -204,6 +204,8 @@ def option_costs(graph: LayerGraph, cluster: Cluster, group_index: int, tp: int,
             ep_link=ep_link(cluster, group_index, tp, ep), cp=cp,
             cp_link=cp_link(cluster, group_index, tp, cp))
         t = _ranges(table.fwd_s) + _ranges(table.bwd_s)
+        if table.blocks:  # SP edge all-gathers, once per pass where a range holds a block
+            t = t + 2 * table.sp_edge_s * (_ranges(table.blocks) > 0)
         times.append(np.where(valid, t, np.inf))
         params = _ranges(table.params) + _tie_copies(table, n)[0]
         state = params * (table.state_bytes_per_param - table.optimizer_bytes_per_param)
