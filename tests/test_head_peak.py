@@ -20,6 +20,7 @@ from planner.costing.framework import (
     AMP_DEEPSPEED_MEGATRON,
     FRAMEWORKS,
     MEGATRON_EAGER,
+    SAILOR_DEEPSPEED,
     Framework,
 )
 from planner.costing.stage_cost import stage_cost
@@ -105,9 +106,8 @@ def test_the_loss_transient_is_priced_on_the_last_stage(tp: int, bf16: bool) -> 
     assert fwd < bwd  # the two peaks are of different phases: priced apart, not summed
 
 
-@pytest.mark.parametrize("framework", [FRAMEWORKS["megatron"], FRAMEWORKS["deepspeed"],
-                                       MEGATRON_EAGER, AMP_DEEPSPEED_MEGATRON])
-def test_megatron_cross_entropy_works_in_place(framework: Framework) -> None:
+@pytest.mark.parametrize("framework", [FRAMEWORKS["megatron"], FRAMEWORKS["deepspeed"]])
+def test_megatron_core_cross_entropy_works_in_place(framework: Framework) -> None:
     # Closed form from megatron/core/tensor_parallel/cross_entropy.py: the fp32 copy is
     # subtracted, exponentiated and normalised in place and becomes the gradient in the
     # backward, so only the 16-bit logits (forward) or the gradient's 16-bit cast (backward)
@@ -116,6 +116,18 @@ def test_megatron_cross_entropy_works_in_place(framework: Framework) -> None:
     for tp in (1, 2):
         assert _priced("tiny-llama", tp, 2, framework) == 2 * s * v / tp
         assert _priced("tiny-llama", tp, 4, framework) == 0.0
+
+
+@pytest.mark.parametrize("framework", [MEGATRON_EAGER, AMP_DEEPSPEED_MEGATRON, SAILOR_DEEPSPEED])
+def test_megatron_1_1_5_cross_entropy_clones_the_logits(framework: Framework) -> None:
+    # Closed form from Megatron-LM v1.1.5 megatron/mpu/cross_entropy.py: its caller passes
+    # `output.float()` (4 B beside the 2 B fp16 logits), the forward clones it (4 B more) and
+    # `logits.exp()` becomes the saved softmax: 10 B per fp16 logit beyond it, 8 B per fp32
+    # logit (`.float()` of fp32 logits is the same tensor). Before: 2 B and 0 B (in place).
+    s, v = 32, 256
+    for tp in (1, 2):
+        assert _priced("tiny-llama", tp, 2, framework) == 10 * s * v / tp
+        assert _priced("tiny-llama", tp, 4, framework) == 8 * s * v / tp
 
 
 def test_the_loss_and_recompute_transients_do_not_add() -> None:

@@ -31,6 +31,7 @@ def framework_record(name: str) -> dict[str, Any]:
         "attention_kernel_priced_on": priced,
         "vocab_parallel": fw.vocab_parallel,
         "pads_vocab": fw.pads_vocab,
+        "vocab_loss": fw.vocab_loss,
         "tied_grad_pairs": fw.tied_grad_pairs,
         "p2p_blocking": fw.p2p_blocking,
         "p2p_per_tp_rank": "1/tp of the boundary" if fw.p2p_scatter_gather else "whole boundary",
@@ -66,7 +67,8 @@ def frameworks(
         console.print(
             f"  fused kernels: {_yes(r['fused_kernels'])}; causal flash attention: "
             f"{_yes(r['causal_flash_attention'])}; vocab-parallel embedding/head: "
-            f"{_yes(r['vocab_parallel'])}{' (padded)' if r['pads_vocab'] else ''}; "
+            f"{_yes(r['vocab_parallel'])}{' (padded)' if r['pads_vocab'] else ''} "
+            f"(loss: {r['vocab_loss']}); "
             f"blocking p2p: {_yes(r['p2p_blocking'])}; p2p per TP rank: "
             f"{r['p2p_per_tp_rank']}; fp8: {r['fp8']}")
         console.print(f"  context parallelism: {r['context_parallel']}; ZeRO alongside "

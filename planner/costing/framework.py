@@ -62,8 +62,12 @@ from cost_models.attention import ATTENTION_KERNELS
 
 __all__ = ["AMP_DEEPSPEED_MEGATRON", "DEEPSPEED_PIPELINE", "DEFAULT_FRAMEWORK", "FRAMEWORKS",
            "DEEPSPEED", "HETPLAN_RUNTIME", "MEGATRON_CORE", "MEGATRON_EAGER", "SAILOR_DEEPSPEED",
-           "TORCHTITAN", "Framework", "framework_named",
+           "TORCHTITAN", "VOCAB_LOSSES", "Framework", "framework_named",
            "framework_of"]
+
+
+VOCAB_LOSSES = ("torch", "megatron-inplace", "megatron-clone")
+"""The cross-entropy implementations `Framework.vocab_loss` names."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,6 +160,16 @@ class Framework:
     no higher): Megatron-LM's distributed optimizer and DeepSpeed's pipeline engine shard
     optimizer state only (DeepSpeed refuses ZeRO-2/3 with pipeline parallelism); torchtitan
     and hetplan's runtime run FSDP2."""
+    vocab_loss: str = "torch"
+    """The cross-entropy over the (split) logits, which sets the loss's transient bytes
+    (`planner.costing.vocab_cost.loss_transient_bytes`): "torch", `F.cross_entropy` on an fp32
+    copy, with `loss_parallel` when split (hetplan's runtime `planner/models/chain.py:
+    loss_fn`, torchtitan); "megatron-inplace", Megatron's vocab-parallel cross-entropy working
+    in place on its fp32 copy (Megatron-Core megatron/core/tensor_parallel/cross_entropy.py:
+    `-=`, `torch.exp(out=)`, `div_`); "megatron-clone", Megatron-LM v1.1.5's
+    (megatron/mpu/cross_entropy.py: `logits = vocab_parallel_logits.clone()`, `sub_`,
+    `exp_logits = logits.exp()`, its caller passing `output.float()`), which holds the
+    16-bit logits, their fp32 copy and the clone beside the softmax in the forward."""
     fp8: str = field(default="", compare=False)
     """How the stack runs fp8 when the plan's precision is fp8 (documentation only: the
     GEMMs then run at the fp8 peak, `cost_models.compute.matmul_dtype`); empty: no fp8 path."""
@@ -184,6 +198,8 @@ class Framework:
         if any(n < 0 for n in self.score_passes) or (any(self.score_passes)
                                                     and not self.keeps_attention_probs):
             raise ValueError("score_passes must be >= 0 and needs keeps_attention_probs")
+        if self.vocab_loss not in VOCAB_LOSSES:
+            raise ValueError(f"vocab_loss must be one of {VOCAB_LOSSES}, got {self.vocab_loss!r}")
         if self.eager_attention_gemms and not self.keeps_attention_probs:
             raise ValueError("eager_attention_gemms needs keeps_attention_probs")
 
@@ -191,6 +207,7 @@ class Framework:
 DEFAULT_FRAMEWORK = Framework()
 
 MEGATRON_EAGER = Framework(attention_kernel="", max_zero=1, name="megatron-eager-softmax",
+                           vocab_loss="megatron-clone",
                            p2p_scatter_gather=True,
                            attention_flops_share=1.0,
                            pads_vocab=True, tied_grad_pairs=True)
@@ -201,12 +218,14 @@ default record and the Megatron weak-scaling probe (bench/megatron_weak_scaling.
 Sailor have their own records below, which also keep the probabilities in memory."""
 
 DEEPSPEED_PIPELINE = Framework(attention_kernel="", max_zero=1, name="deepspeed-pipeline",
+                               vocab_loss="megatron-inplace",
                                p2p_scatter_gather=True,
                                attention_flops_share=1.0,
                                pads_vocab=True, tied_grad_pairs=True, p2p_blocking=True)
 """DeepSpeed's `PipelineEngine` over Megatron (BLOOM, MT-NLG)."""
 
 SAILOR_DEEPSPEED = Framework(attention_kernel="", name="sailor-deepspeed-megatron",
+                             vocab_loss="megatron-clone",
                              p2p_scatter_gather=True,
                              attention_flops_share=1.0,
                              max_zero=1, pads_vocab=True, tied_grad_pairs=True,
@@ -223,6 +242,7 @@ and their gradients one pass more (softmax backward reads the output and the gra
 `score_passes` (4, 5). The score GEMMs are cuBLAS `baddbmm` / `bmm`: `eager_attention_gemms`."""
 
 AMP_DEEPSPEED_MEGATRON = Framework(attention_kernel="", name="deepspeed-megatron-1.1.5",
+                                   vocab_loss="megatron-clone",
                                    p2p_scatter_gather=True,
                                    attention_flops_share=1.0,
                                    max_zero=1, pads_vocab=True, tied_grad_pairs=True,
@@ -259,6 +279,7 @@ MEGATRON_CORE = Framework(
     cp_ring_overlap=True, zero_beyond_fsdp_runs_as_zero1=False,
     max_zero=1,
     name="megatron", pads_vocab=True, tied_grad_pairs=True, host_dispatch_overlapped=True,
+    vocab_loss="megatron-inplace",
     dp_overlap=True, tp_comm_overlap=True, fused_kernels=True,
     fp8="Transformer Engine delayed-scaling fp8 GEMMs (--fp8-format hybrid), bf16 elsewhere",
     sources=(
@@ -305,6 +326,7 @@ DEEPSPEED = Framework(
     attention_kernel="",
     max_zero=1, zero_beyond_fsdp_runs_as_zero1=False,
     name="deepspeed", attention_flops_share=1.0, pads_vocab=True, tied_grad_pairs=True,
+    vocab_loss="megatron-inplace",
     p2p_blocking=True,
     sources=(
         "deepspeed/runtime/pipe/engine.py: PipelineEngine, gradient all-reduce after the "

@@ -117,17 +117,23 @@ def loss_transient_bytes(layer: Layer, graph: LayerGraph, fw: Framework, ts: int
       (torch/distributed/tensor/parallel/loss.py `_log_softmax`), the backward's
       `zeros_like` gradient, `exp(x)` and their sum beside the saved log-probabilities,
       12 B (`_nll_loss_and_log_softmax_backward`).
-    Megatron's vocab-parallel cross-entropy (the records that pad the vocabulary) works in
+    Megatron-Core's vocab-parallel cross-entropy (`vocab_loss` "megatron-inplace") works in
     place on its fp32 copy (megatron/core/tensor_parallel/cross_entropy.py: `-=`,
     `torch.exp(out=)`, `div_`, and in the backward the saved softmax becomes the gradient):
     only the 16-bit logits beside the copy in the forward, and the gradient's 16-bit cast
-    in the backward."""
+    in the backward. Megatron-LM v1.1.5's ("megatron-clone", megatron/mpu/cross_entropy.py)
+    clones the fp32 copy (`logits = vocab_parallel_logits.clone()`) before `exp`: the 16-bit
+    logits, the fp32 copy and the clone beside the softmax in the forward, 10 B per 16-bit
+    logit, 8 B per fp32 logit (there `output.float()` is the logits themselves); its
+    backward, in place on the saved softmax, holds less."""
     if layer.kind != "head" or layer.vocab_size <= 0:
         return 0.0
     d = graph.dtype_bytes
     upcast = d + (LOGPROB_BYTES if d < LOGPROB_BYTES else 0)  # logits + their fp32 copy
-    if fw.pads_vocab:
+    if fw.vocab_loss == "megatron-inplace":
         per_logit = upcast - LOGPROB_BYTES
+    elif fw.vocab_loss == "megatron-clone":
+        per_logit = upcast + LOGPROB_BYTES
     elif ts > 1:
         per_logit = max(upcast + LOGPROB_BYTES, 3 * LOGPROB_BYTES)
     else:
