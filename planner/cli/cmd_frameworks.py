@@ -32,6 +32,10 @@ def framework_record(name: str) -> dict[str, Any]:
         "vocab_parallel": fw.vocab_parallel,
         "pads_vocab": fw.pads_vocab,
         "vocab_loss": fw.vocab_loss,
+        "sp_gathers_before_head": fw.sp_gathers_before_head,
+        "sp_head_input_replicated": fw.sp_head_input_replicated,
+        "sp_edge_gathers": fw.sp_edge_gathers,
+        "moe_tp_allreduce_per_expert": fw.moe_tp_allreduce_per_expert,
         "tied_grad_pairs": fw.tied_grad_pairs,
         "p2p_blocking": fw.p2p_blocking,
         "p2p_per_tp_rank": "1/tp of the boundary" if fw.p2p_scatter_gather else "whole boundary",
@@ -71,6 +75,12 @@ def frameworks(
             f"(loss: {r['vocab_loss']}); "
             f"blocking p2p: {_yes(r['p2p_blocking'])}; p2p per TP rank: "
             f"{r['p2p_per_tp_rank']}; fp8: {r['fp8']}")
+        console.print(
+            f"  under SP: sequence gathered before the final norm: "
+            f"{_yes(r['sp_gathers_before_head'])}; LM-head input kept whole: "
+            f"{_yes(r['sp_head_input_replicated'])}; gathered at each stage's edge: "
+            f"{_yes(r['sp_edge_gathers'])}; MoE TP all-reduces per expert: "
+            f"{_yes(r['moe_tp_allreduce_per_expert'])}")
         console.print(f"  context parallelism: {r['context_parallel']}; ZeRO alongside "
                       f"pipeline parallelism: up to stage {r['max_zero_with_pipelines']}")
         on = ", ".join(r["attention_kernel_priced_on"]) or "none (GEMM rate)"

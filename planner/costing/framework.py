@@ -170,6 +170,29 @@ class Framework:
     (megatron/mpu/cross_entropy.py: `logits = vocab_parallel_logits.clone()`, `sub_`,
     `exp_logits = logits.exp()`, its caller passing `output.float()`), which holds the
     16-bit logits, their fp32 copy and the clone beside the softmax in the forward."""
+    sp_gathers_before_head: bool = True
+    """Under sequence parallelism the blocks' sequence-split output is all-gathered before
+    the final norm, so the final norm and the LM head run on the whole sequence on every TP
+    rank (hetplan's runtime, planner/runtime/seqpar.py). False: the final norm runs
+    sequence-parallel, ÷ TP (Megatron's `sequence_parallel` norms; torchtitan's
+    `"norm": SequenceParallel()` in parallelize_llama)."""
+    sp_head_input_replicated: bool = True
+    """Under sequence parallelism the LM head's GEMM input is kept whole on every TP rank
+    (hetplan's runtime; torchtitan's `"output": ColwiseParallel(input_layouts=Shard(1))`
+    redistributes Shard(1) to Replicate before `F.linear`, which saves the replicated input).
+    False: Megatron's output layer saves its sequence-split input and all-gathers it again
+    in the backward (megatron/core/tensor_parallel/layers.py,
+    `LinearWithGradAccumulationAndAsyncCommunication`)."""
+    sp_edge_gathers: bool = True
+    """Under sequence parallelism a stage's blocks hand on the whole sequence: the split
+    output is all-gathered at the end of each stage's SP blocks (hetplan's runtime,
+    planner/runtime/seqpar.py), priced once per stage and micro-batch (`stage_cost`). False:
+    the boundary stays split (Megatron, torchtitan)."""
+    moe_tp_allreduce_per_expert: bool = True
+    """A TP-split MoE block all-reduces each expert's rows and each column-parallel input
+    gradient on its own, and under SP the expert branch's output where Megatron-SP
+    reduce-scatters (hetplan's runtime, planner/runtime/stage.py; priced message by message
+    in `planner.costing.moe_tp_comm`). False: the block's two TP collectives per pass."""
     fp8: str = field(default="", compare=False)
     """How the stack runs fp8 when the plan's precision is fp8 (documentation only: the
     GEMMs then run at the fp8 peak, `cost_models.compute.matmul_dtype`); empty: no fp8 path."""
@@ -206,7 +229,9 @@ class Framework:
 
 DEFAULT_FRAMEWORK = Framework()
 
-MEGATRON_EAGER = Framework(attention_kernel="", max_zero=1, name="megatron-eager-softmax",
+MEGATRON_EAGER = Framework(sp_gathers_before_head=False, sp_head_input_replicated=False,
+                           sp_edge_gathers=False, moe_tp_allreduce_per_expert=False,
+                           attention_kernel="", max_zero=1, name="megatron-eager-softmax",
                            vocab_loss="megatron-clone",
                            p2p_scatter_gather=True,
                            attention_flops_share=1.0,
@@ -217,14 +242,18 @@ masked s×s scores computed by a (fused) softmax kernel, as in AMP's DeepSpeed-M
 default record and the Megatron weak-scaling probe (bench/megatron_weak_scaling.py); AMP and
 Sailor have their own records below, which also keep the probabilities in memory."""
 
-DEEPSPEED_PIPELINE = Framework(attention_kernel="", max_zero=1, name="deepspeed-pipeline",
+DEEPSPEED_PIPELINE = Framework(sp_gathers_before_head=False, sp_head_input_replicated=False,
+                               sp_edge_gathers=False, moe_tp_allreduce_per_expert=False,
+                               attention_kernel="", max_zero=1, name="deepspeed-pipeline",
                                vocab_loss="megatron-inplace",
                                p2p_scatter_gather=True,
                                attention_flops_share=1.0,
                                pads_vocab=True, tied_grad_pairs=True, p2p_blocking=True)
 """DeepSpeed's `PipelineEngine` over Megatron (BLOOM, MT-NLG)."""
 
-SAILOR_DEEPSPEED = Framework(attention_kernel="", name="sailor-deepspeed-megatron",
+SAILOR_DEEPSPEED = Framework(sp_gathers_before_head=False, sp_head_input_replicated=False,
+                             sp_edge_gathers=False, moe_tp_allreduce_per_expert=False,
+                             attention_kernel="", name="sailor-deepspeed-megatron",
                              vocab_loss="megatron-clone",
                              p2p_scatter_gather=True,
                              attention_flops_share=1.0,
@@ -241,7 +270,9 @@ read and write) and the softmax (read and write) are separate passes over the s�
 and their gradients one pass more (softmax backward reads the output and the gradient):
 `score_passes` (4, 5). The score GEMMs are cuBLAS `baddbmm` / `bmm`: `eager_attention_gemms`."""
 
-AMP_DEEPSPEED_MEGATRON = Framework(attention_kernel="", name="deepspeed-megatron-1.1.5",
+AMP_DEEPSPEED_MEGATRON = Framework(sp_gathers_before_head=False, sp_head_input_replicated=False,
+                                   sp_edge_gathers=False, moe_tp_allreduce_per_expert=False,
+                                   attention_kernel="", name="deepspeed-megatron-1.1.5",
                                    vocab_loss="megatron-clone",
                                    p2p_scatter_gather=True,
                                    attention_flops_share=1.0,
@@ -270,10 +301,17 @@ HETPLAN_RUNTIME = Framework(
              "planner/runtime/topology.py forward_peers / backward_peers: the whole boundary "
              "activation to each receiving TP rank (p2p_scatter_gather False)",
              "eager PyTorch modules, no fused elementwise kernels; per-kernel cost additive "
-             "as fitted (docs/cost-model.md §2)"))
+             "as fitted (docs/cost-model.md §2)",
+             "planner/runtime/seqpar.py: under SP the sequence is all-gathered at the end of "
+             "each stage's SP blocks, so the final norm and the LM head run whole "
+             "(sp_gathers_before_head, sp_head_input_replicated, sp_edge_gathers)",
+             "planner/runtime/stage.py: a TP-split MoE block all-reduces expert by expert "
+             "(moe_tp_allreduce_per_expert)"))
 """hetplan's own runtime (what `hetplan launch` runs): the defaults of `Framework`."""
 
 MEGATRON_CORE = Framework(
+    sp_gathers_before_head=False, sp_head_input_replicated=False, sp_edge_gathers=False,
+    moe_tp_allreduce_per_expert=False,
     p2p_scatter_gather=True,
     attention_kernel="te",
     cp_ring_overlap=True, zero_beyond_fsdp_runs_as_zero1=False,
@@ -304,6 +342,7 @@ this way), for teams that plan with hetplan and launch Megatron themselves; `het
 always runs hetplan's runtime."""
 
 TORCHTITAN = Framework(
+    sp_gathers_before_head=False, sp_edge_gathers=False, moe_tp_allreduce_per_expert=False,
     p2p_scatter_gather=True,
     cp_ring_overlap=True, zero_beyond_fsdp_runs_as_zero1=False,
     name="torchtitan", host_dispatch_overlapped=True, dp_overlap=True,
@@ -322,6 +361,8 @@ TORCHTITAN = Framework(
 policies are per-run options (`planner.costing.validation.large_runs.torchtitan_framework`)."""
 
 DEEPSPEED = Framework(
+    sp_gathers_before_head=False, sp_head_input_replicated=False, sp_edge_gathers=False,
+    moe_tp_allreduce_per_expert=False,
     p2p_scatter_gather=True,
     attention_kernel="",
     max_zero=1, zero_beyond_fsdp_runs_as_zero1=False,

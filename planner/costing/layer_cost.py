@@ -21,7 +21,7 @@ from planner.costing.framework import DEFAULT_FRAMEWORK, Framework
 from planner.costing.layer_gemms import layer_gemm_factors
 from planner.costing.moe_tp_comm import hetplan_moe_tp_comm_s
 from planner.costing.vocab_cost import (
-    head_input_whole_under_sp,
+    head_hidden_saved_bytes,
     head_split_bytes,
     loss_transient_bytes,
     vocab_memory_share,
@@ -134,7 +134,7 @@ def layer_costs(layer: Layer, graph: LayerGraph, gpu: GpuSpec, tp: int, mb: int,
     elif split:
         comm_fwd = comm_bwd = layer.tp_allreduces_fwd * allreduce_s(
             b * layer.tp_allreduce_bytes, t, link)
-    if split and layer.num_experts and fw.name == "hetplan":
+    if split and layer.num_experts and fw.moe_tp_allreduce_per_expert:
         # hetplan's runtime all-reduces each expert's rows and each column-parallel input
         # gradient on its own, and under SP all-reduces the expert branch's output where
         # Megatron-SP reduce-scatters (moe_tp_comm.py): priced message by message.
@@ -224,11 +224,12 @@ def layer_costs(layer: Layer, graph: LayerGraph, gpu: GpuSpec, tp: int, mb: int,
     # rank with or without SP: a vocab split divides its gradient, not its activations.
     split_act = split and layer.kind != "embedding"
     act = activation_bytes_per_gpu(b * saved, b * rep_per_seq, t, sp) if split_act else b * saved
-    if split and layer.kind == "head" and (not sp or head_input_whole_under_sp(fw)):
-        # Only the loss's log-probabilities split with the vocabulary; the final norm's input
-        # and the LM head's input are whole on every TP rank (vocab_cost.py).
+    if split and layer.kind == "head":
+        # The loss's log-probabilities split with the vocabulary; the final norm's input and
+        # the LM head's input as the framework runs them under SP (vocab_cost.py).
         vocab_part = head_split_bytes(layer, graph, saved)
-        act = b * (saved - vocab_part) + b * vocab_part / t
+        hidden = head_hidden_saved_bytes(layer, graph, fw, saved - vocab_part, t, sp)
+        act = b * hidden + b * vocab_part / t
     # Eager attention's s×s probabilities (framework.py), split with the heads: kept per
     # micro-batch without recompute; with it, one block's worth while it is recomputed.
     probs = b * _attention_probs_bytes(layer, graph, fw) / ts

@@ -20,7 +20,6 @@ from cost_models.profiles import ProfileSet, default_profiles
 from planner.costing.framework import DEFAULT_FRAMEWORK, Framework
 from planner.costing.layer_cost import kv_bytes_per_sequence, layer_costs, tp_split
 from planner.costing.links import link_of_kind
-from planner.costing.vocab_cost import head_input_whole_under_sp
 from planner.graph.layers import Layer, LayerGraph
 
 __all__ = ["LayerCostTable", "StageCost", "kv_bytes_per_sequence", "layer_cost_table",
@@ -224,7 +223,7 @@ def layer_cost_table(graph: LayerGraph, gpu: GpuSpec, tp: int, micro_batch: int,
     cols = list(zip(*rows, strict=True))
     blocks = [1.0 if layer.kind == "block" else 0.0 for layer in graph.layers]
     edge = 0.0
-    if sequence_parallel and tp > 1 and head_input_whole_under_sp(framework) and any(blocks):
+    if sequence_parallel and tp > 1 and framework.sp_edge_gathers and any(blocks):
         whole = max(layer.output_bytes for layer in graph.layers if layer.kind == "block")
         edge = allgather_s(micro_batch / cp * whole, tp, link)
 

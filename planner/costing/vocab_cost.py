@@ -13,10 +13,10 @@ sequence parallelism (megatron/core/tensor_parallel/mappings.py,
 from __future__ import annotations
 
 from cost_models.comm import Link, allreduce_s
-from planner.costing.framework import DEFAULT_FRAMEWORK, Framework
+from planner.costing.framework import Framework
 from planner.graph.layers import Layer, LayerGraph
 
-__all__ = ["LOSS_ALLREDUCES", "LOGPROB_BYTES", "head_input_whole_under_sp", "head_split_bytes",
+__all__ = ["LOSS_ALLREDUCES", "LOGPROB_BYTES", "head_hidden_saved_bytes", "head_split_bytes",
            "loss_transient_bytes", "vocab_memory_share", "vocab_params", "vocab_tp_comm_s",
            "vocab_traffic_bytes", "whole_params"]
 
@@ -81,7 +81,7 @@ def vocab_memory_share(layer: Layer, graph: LayerGraph, fw: Framework, tp: int,
     """Share of a vocab-split embedding's or head's memory-bound traffic each of `tp` ranks
     moves. The vocabulary-sized part (`vocab_traffic_bytes`) divides by TP with or without
     sequence parallelism; the hidden-sized rest stays whole on every rank, except the final
-    norm under a framework that runs it sequence-parallel (`head_input_whole_under_sp`
+    norm under a framework that runs it sequence-parallel (`Framework.sp_gathers_before_head`
     False: Megatron, torchtitan). The embedding's traffic is its lookup's seq × hidden write
     (and the position table's), made whole on every rank (runtime/vocab_embed.py masks and
     all-reduces a full seq × hidden output; Megatron's VocabParallelEmbedding the same), so
@@ -90,17 +90,25 @@ def vocab_memory_share(layer: Layer, graph: LayerGraph, fw: Framework, tp: int,
     if total <= 0 or layer.kind != "head":
         return 1.0
     vocab = vocab_traffic_bytes(layer, graph)
-    hidden = (total - vocab) / (tp if sp and not head_input_whole_under_sp(fw) else 1)
+    hidden = (total - vocab) / (tp if sp and not fw.sp_gathers_before_head else 1)
     return (hidden + vocab / tp) / total
 
 
-def head_input_whole_under_sp(fw: Framework) -> bool:
-    """Whether the head's hidden-sized inputs stay whole on every TP rank under sequence
-    parallelism too: hetplan's runtime gathers the sequence at the end of the SP blocks, so
-    the head sees whole activations (runtime/seqpar.py). Megatron and torchtitan run the
-    final norm sequence-parallel (Megatron's output layer also saves its split input and
-    gathers it again in the backward), so for their records the ÷ TP price stays."""
-    return fw.name == DEFAULT_FRAMEWORK.name
+def head_hidden_saved_bytes(layer: Layer, graph: LayerGraph, fw: Framework, hidden: float,
+                            tp: int, sp: bool) -> float:
+    """Of the `hidden` bytes per sequence a split head saves beside the log-probabilities (the
+    final norm's input and statistics, and the LM head's input, seq × hidden at the activation
+    dtype), what one of `tp` ranks keeps. Without sequence parallelism, all of it: every rank
+    sees the same hidden states. Under it: all of it where the sequence is gathered before the
+    final norm (`Framework.sp_gathers_before_head`, hetplan's runtime); otherwise the final
+    norm's part ÷ TP, and the LM head's input whole where the framework replicates it before
+    the GEMM (`sp_head_input_replicated`, torchtitan) or ÷ TP where it saves the split input
+    and gathers it again in the backward (Megatron)."""
+    if not sp or tp <= 1 or fw.sp_gathers_before_head:
+        return hidden
+    head_input = min(hidden, float(graph.seq_len) * layer.matmul_dim * graph.dtype_bytes)
+    kept = head_input if fw.sp_head_input_replicated else head_input / tp
+    return kept + (hidden - head_input) / tp
 
 
 def loss_transient_bytes(layer: Layer, graph: LayerGraph, fw: Framework, ts: int) -> float:
