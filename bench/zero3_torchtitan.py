@@ -32,7 +32,7 @@ def _rows(zero: int) -> dict[tuple[str, str], Any]:
     try:
         return {(name, row.label): row
                 for name, h100 in (("torchtitan_a100.csv", False), ("torchtitan_h100.csv", True))
-                for row in lr._torchtitan(DATA / name, default_profiles(), h100)}
+                for row in lr._torchtitan(DATA / name, default_profiles(), h100)[0]}
     finally:
         lr.megatron_plan = _megatron_plan
 
