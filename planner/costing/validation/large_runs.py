@@ -185,14 +185,15 @@ def _run(model: str, seq: int, precision: str, gpu: GpuSpec, gpus: int, nic_gbps
          profiles: ProfileSet, framework: Any = None,
          count_recompute: bool = False,
          overlap_dp: bool = True, cp: int = 1,
-         zero: int = 1) -> tuple[float, float, bool, str, float]:
+         zero: int = 1, sp: bool | None = None) -> tuple[float, float, bool, str, float]:
     """(tokens/s per GPU, model TFLOP/s per GPU, feasible, framework name, peak memory GiB of
     the fullest GPU) for one configuration.
 
     `framework(model, graph)` gives the executing framework; `count_recompute` counts the
     recomputed forward in the TFLOP/s (Megatron's published convention). `cp`: context-
     parallel degree (the plan's per-stage cp; dp is what is left of the GPUs); `zero`: the
-    ZeRO stage (1: distributed optimizer; 3: parameters sharded too, Megatron-FSDP / FSDP)."""
+    ZeRO stage (1: distributed optimizer; 3: parameters sharded too, Megatron-FSDP / FSDP);
+    `sp`: sequence parallelism with TP (None: on for the Megatron runs, off for FSDP ones)."""
     # fp8 recipes keep bf16 activations and master weights: the graph is built in bf16.
     graph = _graph(model, seq, "bf16" if precision == "fp8" else precision)
     dp = gpus // (tp * pp * cp)
@@ -200,7 +201,8 @@ def _run(model: str, seq: int, precision: str, gpu: GpuSpec, gpus: int, nic_gbps
     per_pipe = gbs // (dp * mb)
     schedule = "interleaved" if vp > 1 and per_pipe % pp == 0 else "1f1b"
     plan = megatron_plan(graph, cluster, tp=tp, pp=pp, dp=dp, micro_batch=mb, global_batch=gbs,
-                         recompute=recompute, sequence_parallel=tp > 1 and not fsdp,
+                         recompute=recompute,
+                         sequence_parallel=tp > 1 and (not fsdp if sp is None else sp),
                          schedule=schedule, virtual_stages=vp if schedule == "interleaved" else 1,
                          zero1=True, zero=zero, cp=cp)
     fw = MEGATRON_EAGER if framework is None else framework(model, graph)
@@ -278,7 +280,8 @@ def _torchtitan(path: Path, profiles: ProfileSet, h100: bool) -> tuple[list[Row]
             row = _costed(
                 label, measured, model, seq, precision, gpu, gpus, nic, tp, pp,
                 2 if "interleaved" in par else 1, mb, lb * dp, _ac(ac), True, profiles, framework,
-                used=plain, note="" if plain else "torch.compile / float8 not modelled", zero=3)
+                used=plain, note="" if plain else "torch.compile / float8 not modelled", zero=3,
+                sp=True)
             if row.predicted is not None and not row.feasible:
                 row = dataclasses.replace(row, note=(row.note + "; " if row.note else "")
                                           + "we price OOM")
