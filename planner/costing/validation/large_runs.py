@@ -2,12 +2,15 @@
 
 Each row becomes a Megatron-style plan on a homogeneous cluster of 8-GPU nodes and we compare
 throughput per GPU (tokens/s, or model TFLOP/s where that is what was published). Mapping:
-- FSDP: data parallel with sharded optimizer state (zero1) and the gradient reduction
-  overlapped with the backward (`overlap_dp`), one micro-batch of `local_batch` sequences.
-  Parameter sharding (ZeRO-3) is not modelled: memory verdicts are reported, not used.
-- torchtitan `selective layer` / `selective op` activation checkpointing -> our `selective`;
-  `full` -> `full`. NeMo and Megatron runs: distributed optimizer (zero1), overlap on,
-  sequence parallelism when tp > 1, interleaving when vp > 1.
+- FSDP: torchtitan's FSDP2 shards parameters, gradients and optimizer state (ZeRO-3), the
+  gradient reduction overlapped with the backward (`overlap_dp`), one micro-batch of
+  `local_batch` sequences; its TP is sequence-parallel (torchtitan's TP plan shards the norms
+  and the residual stream over the sequence). torchtitan_h100.csv's published peak memory is
+  compared with our priced peak (group "peak memory", counted as the throughput is).
+- torchtitan `selective layer` / `selective op` activation checkpointing -> our `selective`
+  with torchtitan's policy (below; plain "selective" is its default, `op`); `full` -> `full`.
+  NeMo and Megatron runs: distributed optimizer (zero1), overlap on, sequence parallelism
+  when tp > 1, interleaving when vp > 1.
 Counted in the throughput metric: plain bf16 rows, and NeMo's fp8 rows, context-parallel ones
 at their cp. Reported but not counted: torch.compile and float8 variants (kernel fusion and fp8
 scaling are not modelled) and torchtitan's and Llama 3's context parallelism.
@@ -16,9 +19,11 @@ Framework properties (`planner.costing.Framework`), each a property of the frame
 the measurement, not a fitted constant:
 - torchtitan's selective checkpointing is not Megatron's. `selective op` saves the outputs of
   matmuls and SDPA "except every second mm" (torchtitan `_custom_policy`, counted per block:
-  wq, WK, wv, WO, w1, W3, w2), so it re-runs wk, wo and w3 and every elementwise op;
-  `selective layer` fully checkpoints every second block (`selective_ac_option = 2`): half a
-  forward on average.
+  wq, WK, wv, WO, w1, W3, w2), so it re-runs wk, wo and w3 and every elementwise op and
+  keeps only those outputs and the block input (`cost_models.sac_activations`: 7.75 s·h
+  for Llama 3 8B, not the ~20.5 s·h the whole eager block saves); `selective layer` fully
+  checkpoints every second block (`selective_ac_option = 2`): half a forward on average,
+  and the mean of the two blocks' saved bytes.
 - NeMo (Megatron-core + Transformer Engine) fuses the norms, RoPE, SwiGLU/GeLU and residual
   chains: the blocks' memory-bound traffic is `cost_models.fusion.fused_traffic_ratio` of the
   eager graph's (0.31-0.32 for Llama, 0.9 for GPT).
