@@ -19,6 +19,7 @@ from cost_models.profiles import ProfileSet
 from cost_models.te_activations import te_block_replicated_bytes, te_block_saved_bytes
 from planner.costing.framework import DEFAULT_FRAMEWORK, Framework
 from planner.costing.layer_gemms import layer_gemm_factors
+from planner.costing.moe_tp_comm import hetplan_moe_tp_comm_s
 from planner.costing.vocab_cost import (
     head_input_whole_under_sp,
     head_split_bytes,
@@ -129,14 +130,11 @@ def layer_costs(layer: Layer, graph: LayerGraph, gpu: GpuSpec, tp: int, mb: int,
     elif split:
         comm_fwd = comm_bwd = layer.tp_allreduces_fwd * allreduce_s(
             b * layer.tp_allreduce_bytes, t, link)
-    if split and sp and layer.num_experts and fw.name == "hetplan":
-        # Megatron-SP ends the expert branch with a reduce-scatter (priced above, with its
-        # all-gather, as one all-reduce's ring volume); hetplan's runtime all-reduces the
-        # experts' row-parallel outputs over TP and slices back to the sequence shard
-        # (runtime/seqpar.py), and its backward all-gathers the slice's gradient: an
-        # all-gather + a whole all-reduce each way, i.e. one all-gather more.
-        gather = allgather_s(b * layer.tp_allreduce_bytes, t, link)
-        comm_fwd, comm_bwd = comm_fwd + gather, comm_bwd + gather
+    if split and layer.num_experts and fw.name == "hetplan":
+        # hetplan's runtime all-reduces each expert's rows and each column-parallel input
+        # gradient on its own, and under SP all-reduces the expert branch's output where
+        # Megatron-SP reduce-scatters (moe_tp_comm.py): priced message by message.
+        comm_fwd, comm_bwd = hetplan_moe_tp_comm_s(layer, b, t, ep, sp, link)
     if ep > 1 and layer.num_experts and ep_link is not None:
         # Dispatch and combine all-to-alls, forward and (mirrored) backward; each TP rank
         # sends its 1/tp share of the routed token copies (Megatron's alltoall dispatcher).

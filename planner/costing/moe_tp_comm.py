@@ -1,0 +1,67 @@
+"""TP collectives of a mixture-of-experts block under hetplan's own runtime.
+
+`planner/runtime/stage.py: apply_tp` shards each linear on its own with DTensor's
+Colwise/RowwiseParallel (q, k, v, w1, w3 column-parallel; o, w2 row-parallel), and the MoE
+branch runs every expert on the rows routed to it (`planner/models/moe.py`). So, counted on
+tiny-moe's MoE block with a fake TP group (`tests/test_moe_tp_collectives.py`), per pass:
+
+- forward: each row-parallel output all-reduces on its own: attention's o (s·h), each local
+  expert's w2 over its routed rows (E/ep messages, s·k·h in all), the shared expert's w2 (s·h);
+- backward: each column-parallel linear all-reduces its input's gradient on its own: q, k, v
+  (3 × s·h), every local expert's w1 and w3 (2·E/ep messages, 2·s·k·h in all), the shared
+  expert's w1 and w3 (2 × s·h); row-parallel linears need nothing backward.
+
+With sequence parallelism (`runtime/seqpar.py`) attention's input is all-gathered (its
+gradient comes back as a local slice of the summed q/k/v all-reduces) and o reduce-scatters
+(its backward all-gathers); the MoE branch's input is all-gathered, its output sliced
+locally, and its backward all-gathers the slice's gradient: two all-gathers and a
+reduce-scatter forward, two all-gathers backward, on top of the all-reduces above less o's.
+
+A dense graph's pricing (two all-reduces of s·h each way) fits neither pass.
+"""
+
+from __future__ import annotations
+
+from cost_models.comm import Link, allgather_s, allreduce_s, reduce_scatter_s
+from planner.graph.layers import Layer
+
+__all__ = ["hetplan_moe_tp_comm_s", "hetplan_moe_tp_messages"]
+
+
+def _has_shared_expert(layer: Layer) -> bool:
+    # extract.py: an MoE block's tp_dims are (heads, kv heads, expert ffn[, shared ffn]).
+    return len(layer.tp_dims) >= 4
+
+
+def hetplan_moe_tp_messages(layer: Layer, mb: float, ep: int, sp: bool
+                            ) -> tuple[list[tuple[str, float]], list[tuple[str, float]]]:
+    """(forward, backward) collectives of one MoE block over its TP group for `mb` sequences,
+    as (kind, bytes) with kind in all_reduce / all_gather / reduce_scatter; bytes are the
+    all-reduce's buffer, the all-gather's result and the reduce-scatter's input. Routing is
+    balanced: each of the rank's E/ep experts all-reduces 1/(E/ep) of the s·k·h routed rows
+    (its tokens from the whole ep-group)."""
+    whole = mb * layer.tp_allreduce_bytes  # s·h activations at the layer boundary
+    local = max(layer.num_experts // max(ep, 1), 1)
+    routed = [("all_reduce", mb * layer.a2a_bytes / local)] * local  # s·k·h in all
+    shared = 1 if _has_shared_expert(layer) else 0
+    fwd = routed + [("all_reduce", whole)] * shared
+    bwd = routed * 2 + [("all_reduce", whole)] * (2 * shared + 3)
+    if sp:
+        fwd += [("all_gather", whole), ("reduce_scatter", whole), ("all_gather", whole)]
+        bwd += [("all_gather", whole)] * 2
+    else:
+        fwd += [("all_reduce", whole)]
+    return fwd, bwd
+
+
+_PRICE = {"all_reduce": allreduce_s, "all_gather": allgather_s,
+          "reduce_scatter": reduce_scatter_s}
+
+
+def hetplan_moe_tp_comm_s(layer: Layer, mb: float, tp: int, ep: int, sp: bool,
+                          link: Link) -> tuple[float, float]:
+    """(forward, backward) seconds of `hetplan_moe_tp_messages` over a TP group of `tp` on
+    `link`, each message with its own per-step latency (cost_models/comm.py)."""
+    fwd, bwd = hetplan_moe_tp_messages(layer, mb, ep, sp)
+    return (sum(_PRICE[k](n, tp, link) for k, n in fwd),
+            sum(_PRICE[k](n, tp, link) for k, n in bwd))
