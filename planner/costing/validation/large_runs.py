@@ -275,8 +275,10 @@ def _torchtitan(path: Path, profiles: ProfileSet, h100: bool) -> tuple[list[Row]
             nic = 3200.0 if gpu is _H100_96 else 1600.0
             dp = gpus // (tp * pp)
             # torchtitan's local batch is per data-parallel rank; with PP it is split into
-            # micro-batches of 1 (its default), otherwise one micro-batch.
-            mb = 1 if pp > 1 else lb
+            # `pipeline_parallel_microbatches` micro-batches, by default the PP degree (its
+            # 2024 `build_pipeline_schedule`: `n_microbatches or pipeline_parallel_degree`),
+            # otherwise one micro-batch.
+            mb = max(1, lb // pp)
             ac = r["activation_ckpt"]
             # "selective" alone is torchtitan's default `selective_ac_option = 'op'` (its
             # llama3_8b.toml), which the H100 tables ran.
