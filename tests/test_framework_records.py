@@ -86,6 +86,10 @@ def test_frameworks_command_lists_every_record_with_sources(
     assert by["torchtitan"]["dp_overlap"] and not by["torchtitan"]["fused_kernels"]
     assert by["deepspeed"]["p2p_blocking"] and not by["deepspeed"]["causal_flash_attention"]
     assert not by["hetplan"]["dp_overlap"]
+    # hetplan's runtime sends the whole boundary to each receiving TP rank (topology.py).
+    assert by["hetplan"]["p2p_per_tp_rank"] == "whole boundary"
+    assert all(by[n]["p2p_per_tp_rank"] == "1/tp of the boundary"
+               for n in ("megatron", "torchtitan", "deepspeed"))
     # Megatron's distributed optimizer and DeepSpeed's pipeline engine shard optimizer state
     # only; torchtitan and hetplan's runtime run FSDP2 (what estimate's zero note points to).
     assert {n: r["max_zero_with_pipelines"] for n, r in by.items()} == {

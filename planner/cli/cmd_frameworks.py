@@ -33,6 +33,7 @@ def framework_record(name: str) -> dict[str, Any]:
         "pads_vocab": fw.pads_vocab,
         "tied_grad_pairs": fw.tied_grad_pairs,
         "p2p_blocking": fw.p2p_blocking,
+        "p2p_per_tp_rank": "1/tp of the boundary" if fw.p2p_scatter_gather else "whole boundary",
         "context_parallel": ("K/V ring overlapped with attention" if fw.cp_ring_overlap
                              else "K/V all-gather before attention, not overlapped"),
         "max_zero_with_pipelines": fw.max_zero,
@@ -66,7 +67,8 @@ def frameworks(
             f"  fused kernels: {_yes(r['fused_kernels'])}; causal flash attention: "
             f"{_yes(r['causal_flash_attention'])}; vocab-parallel embedding/head: "
             f"{_yes(r['vocab_parallel'])}{' (padded)' if r['pads_vocab'] else ''}; "
-            f"blocking p2p: {_yes(r['p2p_blocking'])}; fp8: {r['fp8']}")
+            f"blocking p2p: {_yes(r['p2p_blocking'])}; p2p per TP rank: "
+            f"{r['p2p_per_tp_rank']}; fp8: {r['fp8']}")
         console.print(f"  context parallelism: {r['context_parallel']}; ZeRO alongside "
                       f"pipeline parallelism: up to stage {r['max_zero_with_pipelines']}")
         on = ", ".join(r["attention_kernel_priced_on"]) or "none (GEMM rate)"

@@ -196,7 +196,8 @@ def _layout(model: Any, cluster: Cluster | None, plan: Plan, profiles: ProfileSe
                 same[key] = costs[-1]
             chunk_nodes.append(node)
         sends = [_p2p(hops, costs[j].p2p_bytes, chunk_nodes[j], pipe.stages[j].tp,
-                      chunk_nodes[j + 1], latency_s, used_gpus) if j + 1 < len(costs) else 0.0
+                      chunk_nodes[j + 1], latency_s, used_gpus, pipe.stages[j + 1].tp,
+                      framework.p2p_scatter_gather) if j + 1 < len(costs) else 0.0
                  for j in range(len(costs))]
         cp_p = plan.cp(p)
         devices.append([

@@ -68,15 +68,17 @@ def _device_chunks(n_chunks: int, s_count: int) -> tuple[tuple[int, ...], ...]:
 
 
 def _p2p(hops: dict[tuple, float], nbytes: float, src: Node, src_tp: int, dst: Node,
-         latency_s: float, used_gpus: dict[str, int]) -> float:
+         latency_s: float, used_gpus: dict[str, int], dst_tp: int,
+         scatter_gather: bool) -> float:
     """`p2p_time_s`, once per distinct input: it reads only the two nodes' groups, whether
     they are one node, and the GPUs the plan uses on each (their NIC shares), so replicas on
     other nodes of the same groups reuse it."""
-    key = (nbytes, src_tp, src.name == dst.name, id(src.group), id(dst.group),
-           used_gpus.get(src.name), used_gpus.get(dst.name))
+    key = (nbytes, src_tp, dst_tp, scatter_gather, src.name == dst.name, id(src.group),
+           id(dst.group), used_gpus.get(src.name), used_gpus.get(dst.name))
     hit = hops.get(key)
     if hit is None:
-        hit = hops[key] = p2p_time_s(nbytes, src, src_tp, dst, latency_s, used_gpus)
+        hit = hops[key] = p2p_time_s(nbytes, src, src_tp, dst, latency_s, used_gpus,
+                                     dst_tp=dst_tp, scatter_gather=scatter_gather)
     return hit
 
 

@@ -42,7 +42,16 @@ with one of these records instead of bending the shared constants:
   `dist.send`/`dist.recv`, or `broadcast` on a two-rank group before torch 1.8), so each
   transfer occupies both ends instead of overlapping compute. DeepSpeed does partition the
   activation over the tensor-parallel ranks (`is_pipe_partitioned = is_model_parallel`), as
-  Megatron's scatter-gather does, so the bytes per rank are the same as ours.
+  Megatron's scatter-gather does, so the bytes per rank are the same.
+- `p2p_scatter_gather`: each TP rank of a stage sends 1/tp of the boundary activation.
+  Megatron-LM's `p2p_communication.py` splits the tensor into 1/tp chunks before the send and
+  all-gathers it over the TP group after the receive (`scatter_gather_tensors_in_pipeline`;
+  Megatron-Core's sequence-parallel boundary is already split over TP), DeepSpeed partitions
+  it (above), torchtitan's TP plan leaves the residual stream sequence-sharded between blocks
+  (`RowwiseParallel(output_layouts=Shard(1))`). hetplan's runtime sends the whole, replicated
+  boundary from sender TP rank j % tp_sender to each receiving rank j
+  (`planner/runtime/topology.py`; with sequence parallelism it is gathered at the stage's
+  edge, `planner/runtime/seqpar.py`), so its transfer is priced whole per rank pair.
 """
 
 from __future__ import annotations
@@ -92,6 +101,11 @@ class Framework:
     """Bytes per parameter of that per-pipeline all-reduce (None: the DP gradient bytes)."""
     p2p_blocking: bool = False
     """Pipeline p2p occupies sender and receiver (not overlapped with compute)."""
+    p2p_scatter_gather: bool = False
+    """Each TP rank of a stage sends 1/tp of the boundary activation (True: Megatron's
+    scatter-gather or a sequence-split boundary; DeepSpeed's partitioned activations). False:
+    hetplan's runtime, where every receiving TP rank gets the whole tensor
+    (`planner.costing.links.p2p_time_s`)."""
     keeps_attention_probs: bool = False
     """The s×s attention probabilities are kept for the backward (eager attention)."""
     attention_dropout: bool = False
@@ -177,6 +191,7 @@ class Framework:
 DEFAULT_FRAMEWORK = Framework()
 
 MEGATRON_EAGER = Framework(attention_kernel="", max_zero=1, name="megatron-eager-softmax",
+                           p2p_scatter_gather=True,
                            attention_flops_share=1.0,
                            pads_vocab=True, tied_grad_pairs=True)
 """Megatron-LM 1.x-3.x style: vocab-parallel embedding and logits (padded vocabulary), the
@@ -186,11 +201,13 @@ default record and the Megatron weak-scaling probe (bench/megatron_weak_scaling.
 Sailor have their own records below, which also keep the probabilities in memory."""
 
 DEEPSPEED_PIPELINE = Framework(attention_kernel="", max_zero=1, name="deepspeed-pipeline",
+                               p2p_scatter_gather=True,
                                attention_flops_share=1.0,
                                pads_vocab=True, tied_grad_pairs=True, p2p_blocking=True)
 """DeepSpeed's `PipelineEngine` over Megatron (BLOOM, MT-NLG)."""
 
 SAILOR_DEEPSPEED = Framework(attention_kernel="", name="sailor-deepspeed-megatron",
+                             p2p_scatter_gather=True,
                              attention_flops_share=1.0,
                              max_zero=1, pads_vocab=True, tied_grad_pairs=True,
                              keeps_attention_probs=True, score_passes=(4, 5),
@@ -206,6 +223,7 @@ and their gradients one pass more (softmax backward reads the output and the gra
 `score_passes` (4, 5). The score GEMMs are cuBLAS `baddbmm` / `bmm`: `eager_attention_gemms`."""
 
 AMP_DEEPSPEED_MEGATRON = Framework(attention_kernel="", name="deepspeed-megatron-1.1.5",
+                                   p2p_scatter_gather=True,
                                    attention_flops_share=1.0,
                                    max_zero=1, pads_vocab=True, tied_grad_pairs=True,
                                    tied_grad_bytes=2, keeps_attention_probs=True,
@@ -229,11 +247,14 @@ HETPLAN_RUNTIME = Framework(
              "apply_vocab_tp (split only when TP divides the vocabulary)",
              "planner/runtime/grads.py: DP all-reduce after the pipeline flush; one "
              "all-reduce over every tied copy",
+             "planner/runtime/topology.py forward_peers / backward_peers: the whole boundary "
+             "activation to each receiving TP rank (p2p_scatter_gather False)",
              "eager PyTorch modules, no fused elementwise kernels; per-kernel cost additive "
              "as fitted (docs/cost-model.md §2)"))
 """hetplan's own runtime (what `hetplan launch` runs): the defaults of `Framework`."""
 
 MEGATRON_CORE = Framework(
+    p2p_scatter_gather=True,
     attention_kernel="te",
     cp_ring_overlap=True, zero_beyond_fsdp_runs_as_zero1=False,
     max_zero=1,
@@ -262,6 +283,7 @@ this way), for teams that plan with hetplan and launch Megatron themselves; `het
 always runs hetplan's runtime."""
 
 TORCHTITAN = Framework(
+    p2p_scatter_gather=True,
     cp_ring_overlap=True, zero_beyond_fsdp_runs_as_zero1=False,
     name="torchtitan", host_dispatch_overlapped=True, dp_overlap=True,
     fp8="torchao Float8Linear (dynamic scaling) on the block linears; needs torch.compile",
@@ -279,6 +301,7 @@ TORCHTITAN = Framework(
 policies are per-run options (`planner.costing.validation.large_runs.torchtitan_framework`)."""
 
 DEEPSPEED = Framework(
+    p2p_scatter_gather=True,
     attention_kernel="",
     max_zero=1, zero_beyond_fsdp_runs_as_zero1=False,
     name="deepspeed", attention_flops_share=1.0, pads_vocab=True, tied_grad_pairs=True,

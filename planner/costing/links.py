@@ -35,17 +35,32 @@ def nic_link(node: Node, share: float, latency_s: float) -> Link:
 
 
 def p2p_time_s(nbytes: float, src: Node, src_tp: int, dst: Node, latency_s: float,
-               used_gpus: dict[str, int] | None = None) -> float:
-    """One micro-batch's activation from a stage on `src` to the next on `dst`.
+               used_gpus: dict[str, int] | None = None, *, dst_tp: int | None = None,
+               scatter_gather: bool = True) -> float:
+    """One micro-batch's activation from a stage on `src` to the next on `dst` (`nbytes`: the
+    whole boundary tensor), one direction; the gradient flows back at the same price.
 
-    Each of the sender's TP ranks sends 1/tp of the tensor (Megatron scatter-gather). Between
-    nodes every GPU the plan uses on a node sends at once (data parallelism, the other
-    stages), so each gets 1/(GPUs in use there) of its NIC: `used_gpus` per node name, or
-    every GPU of the node when not given.
+    `scatter_gather` (Megatron's `scatter_gather_tensors_in_pipeline`, DeepSpeed's
+    `is_pipe_partitioned`, a sequence-parallel boundary): each of the sender's TP ranks sends
+    1/tp of the tensor. Otherwise (hetplan's runtime, `planner/runtime/topology.py`) every
+    receiving TP rank j gets the whole tensor from sender rank j % tp_src, and each sending
+    TP rank i the whole gradient from receiver rank i % tp_dst, one after another: the
+    busiest GPU sends ceil(tp_dst/tp_src) whole tensors forward and ceil(tp_src/tp_dst)
+    backward; `send_s` stands for both directions, so this prices their mean (their sum,
+    which the schedule pays per micro-batch, is exact).
+
+    Each GPU has its own intra-node link. Between nodes every GPU the plan uses on a node
+    sends at once (data parallelism, the other stages, the other TP ranks' pairs), so each
+    gets 1/(GPUs in use there) of its NIC: `used_gpus` per node name, or every GPU of the
+    node when not given.
     """
     if nbytes <= 0:
         return 0.0
-    part = nbytes / src_tp
+    if scatter_gather:
+        part = nbytes / src_tp
+    else:
+        to = src_tp if dst_tp is None else dst_tp
+        part = nbytes * (-(-to // src_tp) + -(-src_tp // to)) / 2
     if src.name == dst.name:
         return p2p_s(part, intra_link(src))
 

@@ -223,7 +223,8 @@ def option_costs(graph: LayerGraph, cluster: Cluster, group_index: int, tp: int,
     latency_s = cluster.latency_us * 1e-6
     send = np.zeros(n + 1)
     for j in range(1, n):
-        send[j] = p2p_time_s(table.output_bytes[j - 1], node_a, tp, node_b, latency_s)
+        send[j] = p2p_time_s(table.output_bytes[j - 1], node_a, tp, node_b, latency_s,
+                             scatter_gather=framework.p2p_scatter_gather)
     return OptionCosts(
         group=group_index, tp=tp, micro_batch=micro_batch, capacity_gib=group.gpu.memory_gib,
         ep=ep, cp=cp,

@@ -128,10 +128,12 @@ CAUSAL_FLASH = 0.5
 """Causal flash attention (SDPA flash / cuDNN / TE fused) computes half the s×s blocks."""
 TORCHTITAN_FULL = TORCHTITAN
 FLASH_ONLY = Framework(name="flash-attention", attention_flops_share=CAUSAL_FLASH,
+                       p2p_scatter_gather=True,
                        dp_overlap=True, attention_kernel="")
 """Llama 3's training stack (Dubey et al. 2024 §3.3): causal flash attention and overlapped DP
 traffic; the paper does not describe fused kernels or TP overlap, so none is assumed, nor
-which attention kernel it runs (its core stays at the GEMM rate)."""
+which attention kernel it runs (its core stays at the GEMM rate). Its pipeline p2p keeps the
+Megatron-style 1/tp per rank (`p2p_scatter_gather`), as priced before that field existed."""
 
 
 def fused_framework(model: str, graph: Any) -> Framework:
