@@ -25,6 +25,7 @@ from torch.distributed.tensor.parallel import (
 )
 
 from planner.errors import HetplanError
+from planner.runtime.stage import shared_input_branches
 
 __all__ = ["gather_sequence", "scatter_sequence", "sp_styles"]
 
@@ -37,11 +38,15 @@ def sp_styles(block: nn.Module, plan: dict[str, str]) -> dict[str, Any] | None:
     if not all(hasattr(block, p) for p in _PARTS):
         return None
     styles: dict[str, Any] = {}
+    shared = shared_input_branches(block, plan)
     for norm, branch in (("attn_norm", "attn"), ("mlp_norm", "mlp")):
         styles[norm] = SequenceParallel(use_local_output=True)
+        # A branch whose column-parallel linears share the gathered DTensor (stage.py) sums
+        # their Partial input gradients and reduce-scatters once backward; handed on as a
+        # local tensor, each linear would all-reduce its own.
         styles[branch] = PrepareModuleInput(input_layouts=(Shard(1),),
                                             desired_input_layouts=(Replicate(),),
-                                            use_local_output=True)
+                                            use_local_output=branch not in shared)
     nested = set()
     for name, style in plan.items():
         if style != "rowwise":
