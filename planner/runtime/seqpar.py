@@ -47,19 +47,16 @@ def sp_styles(block: nn.Module, plan: dict[str, str]) -> dict[str, Any] | None:
         styles[branch] = PrepareModuleInput(input_layouts=(Shard(1),),
                                             desired_input_layouts=(Replicate(),),
                                             use_local_output=branch not in shared)
-    nested = set()
+    # A mixture-of-experts branch (experts, shared expert) is known by its module, not by its
+    # names: its linears see flattened [tokens, hidden] rows, where dim 1 is the hidden size,
+    # not the sequence, so they all-reduce and the branch's whole output is sliced back.
+    from planner.models.moe import MoE  # here: planner.models imports the graph, which imports it
+
+    moe = [b for b in ("attn", "mlp") if isinstance(getattr(block, b, None), MoE)]
     for name, style in plan.items():
-        if style != "rowwise":
-            continue
-        branch, _, rest = name.partition(".")
-        if branch in ("attn", "mlp") and "." in rest:
-            # Inside a mixture-of-experts branch (experts, shared expert) the linears see
-            # flattened [tokens, hidden] rows, where dim 1 is the hidden size, not the
-            # sequence: they all-reduce, and the branch's whole output is sliced back.
-            nested.add(branch)
-        else:
+        if style == "rowwise" and name.partition(".")[0] not in moe:
             styles[name] = RowwiseParallel(output_layouts=Shard(1))
-    for branch in nested:
+    for branch in moe:
         styles[branch] = PrepareModuleInputOutput(
             input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),),
             use_local_input=True, output_layouts=(Replicate(),),
