@@ -126,3 +126,46 @@ def test_block_price_covers_what_the_gpu_keeps(name: str, tp: int) -> None:
     price = stage_cost(graph, 1, 2, gpu(), tp, 1, "none", precision="fp32",
                        profiles=ProfileSet()).activation_bytes_per_microbatch
     assert gpu_kept <= price < gpu_kept + 4 * s * h
+
+
+def _norm_input_bytes_worker(rank: int, world: int, store_dir: str, name: str) -> list[int]:
+    """Bytes per element of each norm's input in one block and the head, run as the runtime
+    runs them: fp32 weights, fp32 embedding output, under bf16 autocast (CPU autocast shows
+    the same dtype flow as CUDA's: the GEMMs in bf16, residual adds in fp32)."""
+    spec = load_model_spec(name)
+    block = build_element(spec, 1, device="cpu")
+    head = build_element(spec, spec.num_layers + 1, device="cpu")
+    widths: list[int] = []
+    for m in (*block.modules(), *head.modules()):
+        if isinstance(m, torch.nn.RMSNorm | torch.nn.LayerNorm):
+            m.register_forward_pre_hook(lambda _m, args: widths.append(args[0].element_size()))
+    with fake_tp(1) as mesh:
+        x = torch.randn(1, spec.seq_len, spec.hidden_size, requires_grad=True)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            ChunkModule([block, head], frozenset(), mesh)(x)
+    return widths
+
+
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny"])
+def test_norms_save_the_fp32_residual_stream_under_autocast(name: str) -> None:
+    # Measured: under bf16 autocast with fp32 weights every norm (two per block, the head's
+    # final norm) takes a 4-byte input, which its fused kernel saves; the graph counts them at
+    # 2 B. hetplan's price of the block and head must hold s·h·2 more per norm than a
+    # framework whose stream is the graph's dtype (before: the same).
+    import dataclasses
+
+    from planner.costing.framework import HETPLAN_RUNTIME
+
+    widths = run_local(_norm_input_bytes_worker, 1, name)[0]
+    assert widths == [4, 4, 4]
+    spec = load_model_spec(name)
+    graph = dataclasses.replace(extract(spec), dtype_bytes=2)
+    narrow = dataclasses.replace(HETPLAN_RUNTIME, residual_stream_bytes=0)
+    n = len(graph.layers)
+    args = dict(precision="bf16", profiles=ProfileSet())
+    ours = stage_cost(graph, 1, n, gpu(), 1, 1, "none", framework=HETPLAN_RUNTIME, **args)
+    base = stage_cost(graph, 1, n, gpu(), 1, 1, "none", framework=narrow, **args)
+    norms = 2 * (n - 2) + 1
+    expected = norms * spec.seq_len * spec.hidden_size * (widths[0] - 2)
+    assert (ours.activation_bytes_per_microbatch - base.activation_bytes_per_microbatch
+            == expected)

@@ -95,17 +95,20 @@ def _head_activation(name: str, framework: str, tp: int, sp: bool) -> float:
                                   FRAMEWORKS[framework])[4]
 
 
-@pytest.mark.parametrize(("framework", "input_share", "norm_share"),
-                         [("hetplan", 1, 1), ("torchtitan", 1, 1 / 8), ("megatron", 1 / 8, 1 / 8)])
+@pytest.mark.parametrize(("framework", "input_share", "norm_share", "stream_bytes"),
+                         [("hetplan", 1, 1, 4), ("torchtitan", 1, 1 / 8, 2),
+                          ("megatron", 1 / 8, 1 / 8, 2)])
 def test_llama3_8b_head_activations_under_sp(framework: str, input_share: float,
-                                             norm_share: float) -> None:
+                                             norm_share: float, stream_bytes: int) -> None:
     # Closed form per sequence (bf16, s 8192, h 4096, V 128,256): the final norm keeps its
     # input s·h·2 and an fp32 rstd per token, the LM head its input s·h·2, the loss the fp32
     # log-probabilities s·V·4 (÷ TP 8). Under SP hetplan gathers before the norm (all whole);
     # torchtitan runs the norm sequence-parallel but its ColwiseParallel(input_layouts=
     # Shard(1)) output layer replicates its input before F.linear (whole); Megatron saves the
-    # split input (÷ 8). Before: torchtitan priced as Megatron.
+    # split input (÷ 8). Before: torchtitan priced as Megatron. hetplan's norm input is its
+    # fp32 residual stream (autocast with fp32 weights; tests/test_block_activations.py).
     s, h, v = 8192, 4096, 128_256
-    expected = (input_share * s * h * 2 + norm_share * (s * h * 2 + 4 * s) + s * v * 4 / 8)
+    expected = (input_share * s * h * 2 + norm_share * (s * h * stream_bytes + 4 * s)
+                + s * v * 4 / 8)
     got = _head_activation("llama3-8b", framework, 8, True)
     assert got == pytest.approx(expected, abs=8)

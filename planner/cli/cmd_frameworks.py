@@ -36,6 +36,7 @@ def framework_record(name: str) -> dict[str, Any]:
         "sp_head_input_replicated": fw.sp_head_input_replicated,
         "sp_edge_gathers": fw.sp_edge_gathers,
         "moe_tp_allreduce_per_expert": fw.moe_tp_allreduce_per_expert,
+        "residual_stream_bytes": fw.residual_stream_bytes or "activation dtype",
         "tied_grad_pairs": fw.tied_grad_pairs,
         "p2p_blocking": fw.p2p_blocking,
         "p2p_per_tp_rank": "1/tp of the boundary" if fw.p2p_scatter_gather else "whole boundary",
@@ -80,7 +81,8 @@ def frameworks(
             f"{_yes(r['sp_gathers_before_head'])}; LM-head input kept whole: "
             f"{_yes(r['sp_head_input_replicated'])}; gathered at each stage's edge: "
             f"{_yes(r['sp_edge_gathers'])}; MoE TP all-reduces per expert: "
-            f"{_yes(r['moe_tp_allreduce_per_expert'])}")
+            f"{_yes(r['moe_tp_allreduce_per_expert'])}; residual stream (norm inputs) "
+            f"bytes: {r['residual_stream_bytes']}")
         console.print(f"  context parallelism: {r['context_parallel']}; ZeRO alongside "
                       f"pipeline parallelism: up to stage {r['max_zero_with_pipelines']}")
         on = ", ".join(r["attention_kernel_priced_on"]) or "none (GEMM rate)"

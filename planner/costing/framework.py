@@ -198,6 +198,14 @@ class Framework:
     gradient on its own, and under SP the expert branch's output where Megatron-SP
     reduce-scatters (hetplan's runtime, planner/runtime/stage.py; priced message by message
     in `planner.costing.moe_tp_comm`). False: the block's two TP collectives per pass."""
+    residual_stream_bytes: int = 4
+    """Bytes per element of the residual stream, which the norms take as input and (fused
+    RMSNorm / LayerNorm) save for their backward: 4 under hetplan's runtime, which trains
+    under `torch.autocast` with fp32 weights (planner/runtime/engine.py `Runner(autocast=)`:
+    "weights, gradients, optimizer stay fp32"), so the embedding's output and every residual
+    add stay fp32 while the GEMMs run in 16 bits; 0: the graph's activation dtype (16-bit
+    weights and activations: Megatron, torchtitan's FSDP2 `param_dtype=bfloat16`). Priced
+    where the norms' saved inputs are (`layer_cost`), not in the framework-agnostic graph."""
     fp8: str = field(default="", compare=False)
     """How the stack runs fp8 when the plan's precision is fp8 (documentation only: the
     GEMMs then run at the fp8 peak, `cost_models.compute.matmul_dtype`); empty: no fp8 path."""
@@ -237,6 +245,7 @@ DEFAULT_FRAMEWORK = Framework()
 
 MEGATRON_EAGER = Framework(sp_gathers_before_head=False, sp_head_input_replicated=False,
                            sp_edge_gathers=False, moe_tp_allreduce_per_expert=False,
+                           residual_stream_bytes=0,
                            attention_kernel="", max_zero=1, name="megatron-eager-softmax",
                            vocab_loss="megatron-clone",
                            p2p_scatter_gather=True,
@@ -250,6 +259,7 @@ Sailor have their own records below, which also keep the probabilities in memory
 
 DEEPSPEED_PIPELINE = Framework(sp_gathers_before_head=False, sp_head_input_replicated=False,
                                sp_edge_gathers=False, moe_tp_allreduce_per_expert=False,
+                               residual_stream_bytes=0,
                                attention_kernel="", max_zero=1, name="deepspeed-pipeline",
                                vocab_loss="megatron-inplace",
                                p2p_scatter_gather=True,
@@ -259,6 +269,7 @@ DEEPSPEED_PIPELINE = Framework(sp_gathers_before_head=False, sp_head_input_repli
 
 SAILOR_DEEPSPEED = Framework(sp_gathers_before_head=False, sp_head_input_replicated=False,
                              sp_edge_gathers=False, moe_tp_allreduce_per_expert=False,
+                             residual_stream_bytes=0,
                              attention_kernel="", name="sailor-deepspeed-megatron",
                              vocab_loss="megatron-clone",
                              p2p_scatter_gather=True,
@@ -278,6 +289,7 @@ and their gradients one pass more (softmax backward reads the output and the gra
 
 AMP_DEEPSPEED_MEGATRON = Framework(sp_gathers_before_head=False, sp_head_input_replicated=False,
                                    sp_edge_gathers=False, moe_tp_allreduce_per_expert=False,
+                                   residual_stream_bytes=0,
                                    attention_kernel="", name="deepspeed-megatron-1.1.5",
                                    vocab_loss="megatron-clone",
                                    p2p_scatter_gather=True,
@@ -318,6 +330,7 @@ HETPLAN_RUNTIME = Framework(
 MEGATRON_CORE = Framework(
     sp_gathers_before_head=False, sp_head_input_replicated=False, sp_edge_gathers=False,
     moe_tp_allreduce_per_expert=False,
+    residual_stream_bytes=0,
     p2p_scatter_gather=True,
     attention_kernel="te",
     cp_ring_overlap=True, zero_beyond_fsdp_runs_as_zero1=False,
@@ -349,6 +362,7 @@ always runs hetplan's runtime."""
 
 TORCHTITAN = Framework(
     sp_gathers_before_head=False, sp_edge_gathers=False, moe_tp_allreduce_per_expert=False,
+    residual_stream_bytes=0,
     p2p_scatter_gather=True,
     cp_ring_overlap=True, zero_beyond_fsdp_runs_as_zero1=False,
     name="torchtitan", host_dispatch_overlapped=True, dp_overlap=True,
@@ -369,6 +383,7 @@ policies are per-run options (`planner.costing.validation.large_runs.torchtitan_
 DEEPSPEED = Framework(
     sp_gathers_before_head=False, sp_head_input_replicated=False, sp_edge_gathers=False,
     moe_tp_allreduce_per_expert=False,
+    residual_stream_bytes=0,
     p2p_scatter_gather=True,
     attention_kernel="",
     max_zero=1, zero_beyond_fsdp_runs_as_zero1=False,

@@ -209,6 +209,12 @@ def layer_costs(layer: Layer, graph: LayerGraph, gpu: GpuSpec, tp: int, mb: int,
     rep_per_seq = 10.0 * graph.seq_len * layer.matmul_dim * graph.dtype_bytes / 2
     saved = layer.saved_bytes(recompute)  # type: ignore[arg-type]
     whole = layer.activation_bytes
+    # The norms' inputs at the residual stream's width where it is wider than the graph's
+    # dtype (hetplan's autocast with fp32 weights, framework.py): each keeps s·h more bytes
+    # per extra byte; under full recompute only the block's input (the stream) is kept.
+    stream_whole, stream_saved = _residual_stream_extra_bytes(layer, graph, fw, recompute)
+    saved, whole = saved + stream_saved, whole + stream_whole
+    rep_per_seq += stream_saved
     te = _te_saved(layer, graph, precision) if fw.fused_kernels else None
     if te is not None:
         # Transformer Engine's fused modules keep less than eager autograd, fp8 casts of the
@@ -256,6 +262,25 @@ def layer_costs(layer: Layer, graph: LayerGraph, gpu: GpuSpec, tp: int, mb: int,
         transient += ctx_transient
     return (fwd, bwd, bwd_w, params, act, update, transient, bwd - no_recompute_bwd, experts,
             ctx_act, ctx_transient)
+
+
+_NORMS = {"block": 2, "head": 1}
+"""Norms whose input is the residual stream: a pre-norm block's attention and MLP norms, the
+head's final norm (Llama's RMSNorm, GPT's LayerNorm; planner/models)."""
+
+
+def _residual_stream_extra_bytes(layer: Layer, graph: LayerGraph, fw: Framework,
+                                 recompute: str) -> tuple[float, float]:
+    """(without recompute, at `recompute`) bytes per sequence the norms' saved inputs take
+    beyond the graph's count when the residual stream is `fw.residual_stream_bytes` wide and
+    the graph's activations `graph.dtype_bytes`: s·h per extra byte and norm; a fully
+    recomputed block keeps only its input, one s·h of the stream."""
+    extra = fw.residual_stream_bytes - graph.dtype_bytes
+    norms = _NORMS.get(layer.kind, 0)
+    if extra <= 0 or not norms:
+        return 0.0, 0.0
+    one = float(graph.seq_len) * layer.matmul_dim * extra
+    return norms * one, (one if recompute == "full" and layer.kind == "block" else norms * one)
 
 
 def _ring_exposed_s(layer: Layer, graph: LayerGraph, gpu: GpuSpec, b: float, ts: int, cp: int,
