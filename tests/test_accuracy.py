@@ -36,8 +36,13 @@ def analytic() -> dict[tuple[str, str], FileReport]:
 # Regression ceilings: the figures measured when they were last changed (docs/cost-model.md §7)
 # plus a small margin, so a change that makes a file worse fails here.
 _ANALYTIC_MAPE = {  # (file, group): (measured %, ceiling %)
-    ("amp_measured_plans.csv", "homogeneous"): (42.0, 42.5),
-    ("amp_measured_plans.csv", "het_cluster"): (29.4, 30.0),
+    # 42.0 / 29.4 % until a vocab-split head divided only its vocabulary-sized memory
+    # traffic (before: 0.5 + 0.5/TP of all of it). The graph counts `loss_fn`'s 18 B per
+    # 16-bit logit; Megatron v1.1.5's loss moves ~46 (clone, max, sub_, exp, sum, div_), which
+    # the old half-whole price covered by accident. Pricing each record's own loss traffic
+    # gave AMP 36.1 / 25.8 % but its T4 ρ 0.740 and nemo_h100_2025 5.1 -> 7.3 %: left out.
+    ("amp_measured_plans.csv", "homogeneous"): (44.1, 44.6),
+    ("amp_measured_plans.csv", "het_cluster"): (31.5, 32.0),
     ("sailor_measured_plans.csv", "clariden"): (13.8, 14.5),
     ("sailor_measured_plans.csv", "mit"): (40.7, 41.5),
     ("sailor_measured_plans.csv", "all"): (20.1, 21.0),
@@ -73,11 +78,12 @@ def test_mape_with_profiles_does_not_regress(reports: dict, key: tuple[str, str]
 
 def test_rankings_do_not_regress(reports: dict, analytic: dict) -> None:
     """Spearman ρ as last measured, less 0.01: AMP het 0.718 with profiles (the issue's floor
-    is 0.7), Sailor all 0.989 / 0.978 analytic, AMP T4 0.990 / 0.919 analytic."""
+    is 0.7), Sailor all 0.989 / 0.978 analytic, AMP T4 0.990 / 0.881 analytic (0.918 until
+    the head's hidden-sized traffic stayed whole; see _ANALYTIC_MAPE)."""
     assert reports[("amp_measured_plans.csv", "het_cluster")].spearman >= 0.708
     assert reports[("amp_measured_plans.csv", "homogeneous")].spearman >= 0.98
     assert reports[("sailor_measured_plans.csv", "all")].spearman >= 0.979
-    assert analytic[("amp_measured_plans.csv", "homogeneous")].spearman >= 0.909
+    assert analytic[("amp_measured_plans.csv", "homogeneous")].spearman >= 0.871
     assert analytic[("sailor_measured_plans.csv", "all")].spearman >= 0.968
 
 
