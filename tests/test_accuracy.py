@@ -59,9 +59,13 @@ _PROFILE_MAPE = {
     ("torchtitan_h100.csv", "all"): (8.3, 8.8),
     ("nemo_h100.csv", "all"): (4.3, 4.6),  # 9 rows since the cp rows count
     ("llama3_405b.csv", "all"): (5.2, 5.7),
-    # 8.5 % until the head was no longer priced as recomputed under full recompute (DeepSpeed's
+    # Not a regression pin: the ceiling is the issue's target (throughput within 10 %), and
+    # the first figure only what it measured last (9.9 %). It was 8.5 % (ceiling 9.0) until
+    # the head was no longer priced as recomputed under full recompute (DeepSpeed's
     # PipelineModule checkpoints only the transformer layers, `_is_checkpointable`): MT-NLG's
     # rows, already predicted 9-14 % fast, gain 1.5 %; BLOOM's moves from -2.1 % to +2.1 %.
+    # The Ampere constants were fitted under the old pricing (recomputed head), so part of the
+    # rise is that fit's, not the physics'; refit before tightening this.
     ("historic_runs.csv", "all"): (9.9, 10.0),
 }
 
@@ -74,6 +78,13 @@ def test_analytic_mape_does_not_regress(analytic: dict, key: tuple[str, str]) ->
 @pytest.mark.parametrize("key", sorted(_PROFILE_MAPE))
 def test_mape_with_profiles_does_not_regress(reports: dict, key: tuple[str, str]) -> None:
     assert reports[key].mape_pct <= _PROFILE_MAPE[key][1]
+
+
+def test_historic_runs_meet_the_target(reports: dict) -> None:
+    # The issue's target for the large published runs, throughput within 10 %; the lower
+    # bound is only a sanity bound (four runs of three systems cannot all be priced exactly,
+    # so a MAPE near 0 means the estimate echoes its inputs).
+    assert 2.0 <= reports[("historic_runs.csv", "all")].mape_pct <= 10.0
 
 
 def test_rankings_do_not_regress(reports: dict, analytic: dict) -> None:
