@@ -34,3 +34,15 @@ def test_only_hetplan_gathers_the_sequence_under_sp() -> None:
         assert fw.sp_gathers_before_head == (name == "hetplan")
         assert fw.moe_tp_allreduce_per_expert == (name == "hetplan")
         assert fw.sp_head_input_replicated == (name in ("hetplan", "torchtitan"))
+
+
+def test_frameworks_lists_te_kernels_by_generation(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Transformer Engine runs cuDNN fused attention on Hopper (TE's DotProductAttention
+    # backend selection): were cuDNN priced on Hopper, the megatron record ("te") must say so.
+    # Before: "te" was compared with "cudnn" by name and never matched.
+    import cost_models.attention as attention
+    from planner.cli.cmd_frameworks import framework_record
+
+    monkeypatch.setattr(attention, "PRICED", frozenset({("cudnn", "hopper")}))
+    assert framework_record("megatron")["attention_kernel_priced_on"] == ["hopper"]
+    assert framework_record("hetplan")["attention_kernel_priced_on"] == []

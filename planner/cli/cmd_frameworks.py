@@ -14,12 +14,14 @@ __all__ = ["framework_record", "frameworks"]
 
 def framework_record(name: str) -> dict[str, Any]:
     """One framework record as plain JSON data (fixed key order)."""
-    from cost_models.attention import PRICED
+    from cost_models.attention import PRICED, kernel_on
     from planner.costing.framework import FRAMEWORKS
 
     fw = FRAMEWORKS[name]
     causal = fw.attention_flops_share < 1.0
-    priced = sorted(gen for kernel, gen in PRICED if kernel == fw.attention_kernel)
+    # "te" names a different kernel per generation (cost_models.attention.TE_KERNEL).
+    priced = sorted(gen for kernel, gen in PRICED
+                    if kernel and kernel_on(fw.attention_kernel, gen) == kernel)
     return {
         "name": name,
         "host_dispatch_overlapped": fw.host_dispatch_overlapped,
