@@ -142,8 +142,8 @@ def layer_costs(layer: Layer, graph: LayerGraph, gpu: GpuSpec, tp: int, mb: int,
     if ep > 1 and layer.num_experts and ep_link is not None:
         # Dispatch and combine all-to-alls, forward and (mirrored) backward; each TP rank
         # sends its 1/tp share of the routed token copies (Megatron's alltoall dispatcher).
-        a2a = 2 * alltoall_s(b * layer.a2a_bytes * capacity / ts, ep, ep_link)
-        comm_fwd, comm_bwd = comm_fwd + a2a, comm_bwd + a2a
+        a2a_s = 2 * alltoall_s(b * layer.a2a_bytes * capacity / ts, ep, ep_link)
+        comm_fwd, comm_bwd = comm_fwd + a2a_s, comm_bwd + a2a_s
     update = adam_step_s(params, gpu)
     if fw.tp_comm_overlap:
         # Chunked collectives pipelined with the adjacent GEMMs: only what outlasts them shows.

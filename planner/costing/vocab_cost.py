@@ -160,8 +160,8 @@ def vocab_tp_comm_s(layer: Layer, graph: LayerGraph, sequences: float, tp: int,
     collective and its backward all-reduces the input's gradient (DTensor's ColwiseParallel
     with Replicate input; Megatron's `copy_to_tensor_model_parallel_region`); the loss on
     split logits adds `LOSS_ALLREDUCES` small all-reduces to the forward."""
-    hidden = allreduce_s(sequences * layer.tp_allreduce_bytes, tp, link)
+    hidden_s = allreduce_s(sequences * layer.tp_allreduce_bytes, tp, link)
     if layer.kind == "embedding":
-        return layer.tp_allreduces_fwd * hidden, 0.0
-    loss = LOSS_ALLREDUCES * allreduce_s(sequences * graph.seq_len * 4.0, tp, link)
-    return loss, layer.tp_allreduces_fwd * hidden
+        return layer.tp_allreduces_fwd * hidden_s, 0.0
+    loss_s = LOSS_ALLREDUCES * allreduce_s(sequences * graph.seq_len * 4.0, tp, link)
+    return loss_s, layer.tp_allreduces_fwd * hidden_s
