@@ -52,7 +52,9 @@ GENS = ("ampere", "ada", "hopper", "blackwell")
 FILES = ("torchtitan_a100.csv", "torchtitan_h100.csv", "llama3_405b.csv", "historic_runs.csv",
          "mpt_llm_foundry.csv", "nemo_h100.csv", "nemo_b200.csv", "nemo_h100_2025.csv")
 FP8_FILES = FILES[5:]
-SHIPPED = {"ampere": 0.63, "hopper": 0.62, "fp8": 0.48}
+SHIPPED = {"ampere": efficiency.compute_constants("ampere").tensor_eff,  # the shipped tables
+           "hopper": efficiency.compute_constants("hopper").tensor_eff,
+           "fp8": efficiency.compute_constants("hopper").fp8_eff}
 sc = importlib.import_module("planner.costing.stage_cost")
 
 
