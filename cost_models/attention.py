@@ -41,15 +41,23 @@ TE_KERNEL = {"ampere": "fa2", "ada": "fa2", "hopper": "cudnn", "blackwell": "cud
 fused attention on Hopper and later, FlashAttention-2 before (see `ATTENTION_KERNELS`)."""
 
 
+def _catalog_bf16_peak_tflops(name: str) -> float:
+    """The catalog's dense bf16 peak of one GPU (cost_models/catalog/gpus.yaml), read once at
+    import so the kernel figures below share the catalog's denominator."""
+    from cost_models.catalog import get_gpu
+
+    return float(get_gpu(name).peak_tflops["bf16"])
+
+
 def kernel_on(kernel: str, generation: str) -> str:
     """The kernel that runs: "te" resolved per generation (`TE_KERNEL`), others as named."""
     return TE_KERNEL.get(generation, "") if kernel == "te" else kernel
 
-_H100_BF16_PEAK_TFLOPS = 989.0
-"""H100 SXM5 dense 16-bit tensor peak (NVIDIA H100 datasheet), the denominator of the FA3
-paper's figures below."""
+_H100_BF16_PEAK_TFLOPS = _catalog_bf16_peak_tflops("H100-SXM5-80GB")
+"""H100 SXM5 dense 16-bit tensor peak (the catalog's `H100-SXM5-80GB`, from NVIDIA's H100
+datasheet), the denominator of the FA3 paper's figures below."""
 
-_B200_BF16_PEAK_TFLOPS = 2250.0
+_B200_BF16_PEAK_TFLOPS = _catalog_bf16_peak_tflops("B200-180GB")
 """B200 dense 16-bit tensor peak (the catalog's `B200-180GB`), the denominator the FA4 paper's
 figure below implies: 1605 TFLOP/s at "71 % utilization" is 2261 TFLOP/s."""
 
