@@ -96,7 +96,7 @@ def sharding_estimator(model: Any, cluster: Cluster | None, plan: Plan, *,
                        ) -> Callable[[Plan], Estimate]:
     """`estimate` (same arguments) for `plan` and its copies at other ZeRO stages or shard
     fractions (the search's sharding post-pass prices several per plan). The validation,
-    stage costs and p2p of a layout do not depend on `zero`, `zero1` or `shard_fraction`, so
+    stage costs and p2p of a layout do not depend on `zero` or `shard_fraction`, so
     they are built once and each copy is priced by the same arithmetic as `estimate` (equal
     floats); a plan that differs in anything else gets a full `estimate`."""
     layout = _layout(model, cluster, plan, profiles, precision, framework, capacity_factor)
@@ -111,7 +111,7 @@ def sharding_estimator(model: Any, cluster: Cluster | None, plan: Plan, *,
     return judge
 
 
-_SHARDING_FIELDS = frozenset({"zero", "zero1", "predicted", "pipelines"})
+_SHARDING_FIELDS = frozenset({"zero", "predicted", "pipelines"})
 
 
 def _same_layout(a: Plan, b: Plan) -> bool:

@@ -109,7 +109,7 @@ def megatron_args(shape: UniformShape, model: dict[str, Any]) -> list[tuple[str,
                  ("--recompute-num-layers", 1)]
     if shape.sequence_parallel:
         args.append(("--sequence-parallel", None))
-    if shape.zero1:
+    if shape.zero >= 1:
         args.append(("--use-distributed-optimizer", None))
     return args
 
