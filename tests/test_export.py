@@ -178,6 +178,12 @@ def test_moe_plans_export_their_experts(tmp_path, capsys):
     args = _args(export_plan(Plan.load(path), "megatron"))
     assert (args["--num-experts"], args["--moe-router-topk"], args["--moe-ffn-hidden-size"],
             args["--expert-model-parallel-size"]) == ("8", "2", "14336", "8")
+    # TP 2 with EP 8: Megatron-Core's TransformerConfig refuses it without sequence parallel
+    # ("When using expert parallelism and tensor parallelism, sequence parallelism must be
+    # used"); the plan was priced without it, and a comment says so.
+    text = export_plan(Plan.load(path), "megatron")
+    assert "--sequence-parallel" in args
+    assert "# --sequence-parallel added" in text and "priced without" in text
     assert not {"--moe-layer-freq", "--moe-router-pre-softmax",
                 "--moe-shared-expert-intermediate-size"} & set(args)
     code, _, err = run_cli(["export", str(path), "--to", "torchtitan"], capsys)
@@ -192,6 +198,7 @@ def test_moe_plans_export_their_experts(tmp_path, capsys):
             args["--expert-model-parallel-size"]) == ("64", "6", "1408", "2816",
                                                       "([0]*1+[1]*27)", "8")
     assert "--moe-router-pre-softmax" in args
+    assert "--sequence-parallel" not in args  # TP 1: nothing to add
 
 
 def test_zero_stage_above_one_is_said_not_exported_as_zero1(tmp_path):
