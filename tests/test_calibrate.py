@@ -134,3 +134,20 @@ def test_a_calibration_names_catalog_gpus_or_is_refused(
                                 str(tmp_path / "typo.yaml")], capsys)
         assert code == 2 and len(err.strip().splitlines()) == 1
         assert f"gpu_efficiency_scale.{key}: unknown GPU type" in err
+
+
+def test_a_calibration_does_not_outlive_its_command(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Three in-process commands: the one without --calibration prices with the shipped
+    # constants, exactly as the first did (once it stayed in force: 0.016197 → 0.018772 ×2).
+    path = _plans(tmp_path)[0]
+    gpu = json.loads(path.read_text())["pipelines"][0]["stages"][0]["gpu"]
+    cal = tmp_path / "cal.yaml"
+    cal.write_text(f"gpu_efficiency_scale: {{{gpu}: 0.5}}\n")
+    times = []
+    for extra in ([], ["--calibration", str(cal)], []):
+        code, text, err = run_cli(["estimate", str(path), "--json", *extra], capsys)
+        assert code == 0, err
+        times.append(json.loads(text)["iteration_time_s"])
+    assert times[0] == times[2] == pytest.approx(_predict(path, {}), rel=1e-6)
+    assert times[1] > times[0]
