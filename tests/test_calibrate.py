@@ -11,7 +11,8 @@ import yaml
 
 from planner.cluster import load_cluster
 from planner.costing import estimate, megatron_plan
-from planner.costing.calibrate import apply_calibration
+from planner.costing.calibrate import apply_calibration, load_calibration
+from planner.errors import HetplanError
 from planner.graph import load_model
 from tests.cli import run_cli
 
@@ -151,3 +152,17 @@ def test_a_calibration_does_not_outlive_its_command(
         times.append(json.loads(text)["iteration_time_s"])
     assert times[0] == times[2] == pytest.approx(_predict(path, {}), rel=1e-6)
     assert times[1] > times[0]
+
+
+def test_two_names_of_one_gpu_are_refused(tmp_path: Path) -> None:
+    # "H100" and "H100-SXM5-80GB" are one catalog GPU: one of the two scales would be lost.
+    from cost_models.catalog import get_gpu
+
+    assert get_gpu("H100").name == get_gpu("H100-SXM5-80GB").name
+    cal = tmp_path / "cal.yaml"
+    cal.write_text("gpu_efficiency_scale: {H100: 0.9, H100-SXM5-80GB: 1.1}\n")
+    with pytest.raises(HetplanError, match="names H100 and H100-SXM5-80GB, both the") as err:
+        load_calibration(cal)
+    assert "\n" not in str(err.value)
+    cal.write_text("gpu_efficiency_scale: {H100: 0.9, A100: 1.1}\n")
+    assert len(load_calibration(cal)) == 2

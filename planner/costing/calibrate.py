@@ -202,14 +202,22 @@ def load_calibration(path: Path) -> dict[str, float]:
     if not isinstance(scales, dict) or not scales:
         raise HetplanError(f"--calibration {path}: needs a gpu_efficiency_scale mapping "
                            "(write it with `hetplan calibrate RUNS.csv --out FILE`)")
-    out = {}
+    out: dict[str, float] = {}
+    named: dict[str, str] = {}
     for name, value in scales.items():
         if (isinstance(value, bool) or not isinstance(value, int | float)
                 or not _LO <= value <= _HI):
             raise HetplanError(f"--calibration {path}: gpu_efficiency_scale."
                                f"{clip(str(name), 40)} = {short(value)}; use a number in "
                                f"[{_LO}, {_HI}]")
-        out[_scale_key(path, name)] = float(value)
+        key = _scale_key(path, name)
+        if key in named:
+            # Both would set one GPU's scale, and the later one would silently win.
+            raise HetplanError(f"--calibration {path}: gpu_efficiency_scale names "
+                               f"{clip(named[key], 40)} and {clip(str(name), 40)}, both the "
+                               f"{key}; keep one of them")
+        named[key] = str(name)
+        out[key] = float(value)
     return out
 
 
