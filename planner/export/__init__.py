@@ -55,7 +55,8 @@ def _notes(plan: Plan, shape: UniformShape, target: str) -> list[str]:
              f"{cluster.get('name', 'cluster')}, {world} × {shape.gpu}: TP {shape.tp} × "
              f"{cp}PP {shape.pp} × DP {shape.dp}, {shape.microbatches_per_pipeline} micro-batches "
              f"of {shape.micro_batch_size} per replica, schedule {shape.schedule}"]
-    notes += prediction_notes(plan)  # re-estimated: the stored block may predate an edit
+    # Re-estimated: the stored block may predate an edit.
+    notes += prediction_notes(plan, _FRAMEWORK[target])
     if not shape.megatron_rank_order:
         notes.append("the plan's rank order differs from the framework's (TP fastest, then DP, "
                      "then PP): stages land on nodes by launch order, not where the plan put them")
