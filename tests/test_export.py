@@ -228,8 +228,10 @@ def test_a_plan_naming_no_framework_is_priced_for_the_export_target(tmp_path):
     text = export_plan(Plan.load(path), "megatron")
     assert (f"hetplan predicts {for_megatron:.4f} s per iteration" in text
             and "priced for megatron; the plan file names no framework" in text)
+    assert "priced for another framework (the file names none)" in text  # stored: hetplan's
     # A plan that names its framework is priced for that one, with no such remark.
     data["predicted"]["framework"] = "hetplan"
     Plan.from_dict(data).save(path)
     text = export_plan(Plan.load(path), "megatron")
     assert f"{for_hetplan:.4f} s per iteration" in text and "names no framework" not in text
+    assert "another framework" not in text

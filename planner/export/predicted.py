@@ -43,7 +43,8 @@ def prediction_notes(plan: Plan, target: Framework) -> list[str]:
     stored = (plan.predicted or {}).get("iteration_time_s")
     if (isinstance(stored, int | float) and not isinstance(stored, bool)
             and not math.isclose(stored, est.iteration_time_s, rel_tol=_SAME)):
+        unnamed = "priced for another framework (the file names none), " if why else ""
         notes.append(f"the plan file's stored prediction ({stored:.4f} s per iteration) "
-                     "differs: the plan was edited after it was priced, or priced with "
-                     "--calibration / --profiles, which export does not apply")
+                     f"differs: the plan was {unnamed}edited after it was priced, or priced "
+                     "with --calibration / --profiles, which export does not apply")
     return notes
