@@ -48,7 +48,9 @@ _PROFILE_MAPE = {
     ("sailor_measured_plans.csv", "clariden"): (9.8, 10.3),
     ("sailor_measured_plans.csv", "mit"): (10.4, 10.9),
     ("sailor_measured_plans.csv", "all"): (9.9, 10.4),
-    ("torchtitan_a100.csv", "all"): (9.1, 9.6),
+    # 9.1 % until torchtitan's TP rows ran sequence-parallel (its TP plan shards the norms and
+    # the residual stream over the sequence): the 405B FSDP16 TP8 row from -16.2 % to +10.3 %.
+    ("torchtitan_a100.csv", "all"): (8.4, 8.9),
     ("torchtitan_h100.csv", "all"): (8.3, 8.8),
     ("nemo_h100.csv", "all"): (4.3, 4.6),  # 9 rows since the cp rows count
     ("llama3_405b.csv", "all"): (5.2, 5.7),
@@ -238,3 +240,21 @@ def test_torchtitan_checkpointing_ratios(reports: dict) -> None:
     sel70 = rows["Llama2-70B 64 GPUs FSDP64 selective op bf16"]
     full70 = rows["Llama2-70B 64 GPUs FSDP64 full bf16"]
     assert sel70 / full70 == pytest.approx(355 / 353, rel=0.20)
+
+
+def test_torchtitan_peak_memory(reports: dict) -> None:
+    """torchtitan's H100 tables publish each run's peak memory (its memory monitor's maximum
+    reserved by the caching allocator, GiB). Counted as the throughput is: the two plain bf16
+    rows, Llama 3.1 8B, FSDP2 over 8 and 128 GPUs, local batch 2, per-op selective
+    checkpointing. Priced 75.2 / 61.1 GiB against 82.4 / 67.0 (126.4 / 112.3 at ZeRO-3 when
+    the blocks kept the whole eager block, 90.3 GiB of activations): MAPE 8.8 %. The ceiling,
+    12 %, leaves room for what the model does not price per kernel: the same plans compiled
+    peak 7 % lower (77.0 / 62.0) with the same saved tensors. Every run ran, so none may be
+    priced out of memory, nor far above its measured peak."""
+    rep = reports[("torchtitan_h100.csv", "peak memory")]
+    assert rep.counted == 2
+    assert rep.mape_pct <= 12.0
+    for x in rep.rows:
+        if x.used:
+            assert x.feasible
+            assert 0.8 * x.measured <= x.predicted <= 1.05 * x.measured

@@ -10,7 +10,8 @@ with one of these records instead of bending the shared constants:
 - `recompute_gemm_fraction` / `recompute_memory_fraction`: what a `selective` recompute policy
   re-runs in the backward, as fractions of the block's forward GEMM work and memory-bound
   work, for frameworks whose selective checkpointing is not Megatron's (Korthikanti et al.
-  2023: the attention core only). None: Megatron's.
+  2023: the attention core only). None: Megatron's. `recompute_saved_fraction`: what such a
+  policy keeps, as a share of the block's no-recompute saved bytes.
 - `attention_flops_share`: the graph counts attention non-causal (Korthikanti eq. 7); causal
   flash kernels (FlashAttention-2, Dao 2023, §3.1: blocks above the diagonal are skipped; cuDNN
   / Transformer Engine fused attention likewise) compute about half of it, forward and
@@ -77,6 +78,10 @@ class Framework:
     """Under `selective` recompute: share of the block's forward GEMM time re-run."""
     recompute_memory_fraction: float | None = None
     """Under `selective` recompute: share of the block's forward memory-bound time re-run."""
+    recompute_saved_fraction: float | None = None
+    """Under `selective` recompute: share of the block's no-recompute saved bytes
+    (`Layer.activation_bytes`) the framework's own policy keeps for the backward (torchtitan:
+    `cost_models.sac_activations`); None: the graph's count for Megatron's policy."""
     attention_flops_share: float = 0.5
     """Share of the graph's (non-causal) attention-core FLOPs the attention kernel computes:
     0.5 for causal flash kernels, which skip the masked upper-triangle blocks (hetplan's
@@ -167,7 +172,8 @@ class Framework:
         if not 0 < self.memory_traffic_scale <= 1:
             raise ValueError(f"memory_traffic_scale must be in (0, 1], got "
                              f"{self.memory_traffic_scale}")
-        for name in ("recompute_gemm_fraction", "recompute_memory_fraction"):
+        for name in ("recompute_gemm_fraction", "recompute_memory_fraction",
+                     "recompute_saved_fraction"):
             x = getattr(self, name)
             if x is not None and not 0 <= x <= 1:
                 raise ValueError(f"{name} must be in [0, 1], got {x}")

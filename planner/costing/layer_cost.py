@@ -217,6 +217,13 @@ def layer_costs(layer: Layer, graph: LayerGraph, gpu: GpuSpec, tp: int, mb: int,
         whole, te_rep = te
         if recompute != "full":
             saved, rep_per_seq = whole, te_rep
+    elif (recompute == "selective" and layer.kind == "block"
+          and fw.recompute_saved_fraction is not None):
+        # The framework's own selective policy (torchtitan's per-op checkpointing keeps a few
+        # GEMM outputs and recomputes the rest, cost_models/sac_activations.py); what it
+        # keeps cannot be replicated beyond what it keeps.
+        saved = fw.recompute_saved_fraction * whole
+        rep_per_seq = min(rep_per_seq, saved)
     if recompute == "full" or layer.kind != "block":
         rep_per_seq = saved if layer.kind == "block" else 0.0
     # What the embedding keeps is its token ids (their out-of-range mask too when split,

@@ -30,6 +30,8 @@ class Row:
     note: str = ""
     framework: str = ""
     """The framework record the row was priced with (`per_framework_reports`)."""
+    peak_gib: float | None = None
+    """Our priced peak memory of the fullest GPU, GiB (None: not priced)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,12 +2,15 @@
 
 Each row becomes a Megatron-style plan on a homogeneous cluster of 8-GPU nodes and we compare
 throughput per GPU (tokens/s, or model TFLOP/s where that is what was published). Mapping:
-- FSDP: data parallel with sharded optimizer state (zero1) and the gradient reduction
-  overlapped with the backward (`overlap_dp`), one micro-batch of `local_batch` sequences.
-  Parameter sharding (ZeRO-3) is not modelled: memory verdicts are reported, not used.
-- torchtitan `selective layer` / `selective op` activation checkpointing -> our `selective`;
-  `full` -> `full`. NeMo and Megatron runs: distributed optimizer (zero1), overlap on,
-  sequence parallelism when tp > 1, interleaving when vp > 1.
+- FSDP: torchtitan's FSDP2 shards parameters, gradients and optimizer state (ZeRO-3), the
+  gradient reduction overlapped with the backward (`overlap_dp`), one micro-batch of
+  `local_batch` sequences; its TP is sequence-parallel (torchtitan's TP plan shards the norms
+  and the residual stream over the sequence). torchtitan_h100.csv's published peak memory is
+  compared with our priced peak (group "peak memory", counted as the throughput is).
+- torchtitan `selective layer` / `selective op` activation checkpointing -> our `selective`
+  with torchtitan's policy (below; plain "selective" is its default, `op`); `full` -> `full`.
+  NeMo and Megatron runs: distributed optimizer (zero1), overlap on, sequence parallelism
+  when tp > 1, interleaving when vp > 1.
 Counted in the throughput metric: plain bf16 rows, and NeMo's fp8 rows, context-parallel ones
 at their cp. Reported but not counted: torch.compile and float8 variants (kernel fusion and fp8
 scaling are not modelled) and torchtitan's and Llama 3's context parallelism.
@@ -16,9 +19,11 @@ Framework properties (`planner.costing.Framework`), each a property of the frame
 the measurement, not a fitted constant:
 - torchtitan's selective checkpointing is not Megatron's. `selective op` saves the outputs of
   matmuls and SDPA "except every second mm" (torchtitan `_custom_policy`, counted per block:
-  wq, WK, wv, WO, w1, W3, w2), so it re-runs wk, wo and w3 and every elementwise op;
-  `selective layer` fully checkpoints every second block (`selective_ac_option = 2`): half a
-  forward on average.
+  wq, WK, wv, WO, w1, W3, w2), so it re-runs wk, wo and w3 and every elementwise op and
+  keeps only those outputs and the block input (`cost_models.sac_activations`: 7.75 s·h
+  for Llama 3 8B, not the ~20.5 s·h the whole eager block saves); `selective layer` fully
+  checkpoints every second block (`selective_ac_option = 2`): half a forward on average,
+  and the mean of the two blocks' saved bytes.
 - NeMo (Megatron-core + Transformer Engine) fuses the norms, RoPE, SwiGLU/GeLU and residual
   chains: the blocks' memory-bound traffic is `cost_models.fusion.fused_traffic_ratio` of the
   eager graph's (0.31-0.32 for Llama, 0.9 for GPT).
@@ -38,6 +43,7 @@ from typing import Any
 from cost_models.catalog import get_gpu
 from cost_models.gpu import GpuSpec
 from cost_models.profiles import ProfileSet
+from cost_models.sac_activations import layer_sac_saved_bytes, op_sac_saved_bytes
 from planner.cluster.model import Cluster, NodeGroup
 from planner.costing.estimate import estimate
 from planner.costing.framework import (
@@ -143,16 +149,22 @@ def fused_framework(model: str, graph: Any) -> Framework:
 
 
 def torchtitan_framework(model: str, graph: Any, policy: str) -> Framework:
-    """torchtitan's selective activation checkpointing (`op` or `layer`, see module doc)."""
-    if policy == "layer":
-        return dataclasses.replace(TORCHTITAN, recompute_gemm_fraction=0.5,
-                                   recompute_memory_fraction=0.5)
-    h, ffn, kv, _ = _block_dims(model)
+    """torchtitan's selective activation checkpointing (`op` or `layer`, see module doc): what
+    it re-runs and what it keeps (`cost_models.sac_activations`)."""
     block = next(x for x in graph.layers if x.kind == "block")
+    if policy == "layer":
+        kept = layer_sac_saved_bytes(block.activation_bytes_full, block.activation_bytes)
+        return dataclasses.replace(TORCHTITAN, recompute_gemm_fraction=0.5,
+                                   recompute_memory_fraction=0.5,
+                                   recompute_saved_fraction=kept / block.activation_bytes)
+    h, ffn, kv, _ = _block_dims(model)
     rerun = 2.0 * (h * kv + h * h + h * ffn) * graph.seq_len  # wk, wo, w3 forward FLOPs
     share = min(1.0, rerun / block.fwd_matmul_flops)
+    kept = op_sac_saved_bytes(graph.seq_len, h, ffn, kv, _spec(model).num_attention_heads,
+                              dtype_bytes=graph.dtype_bytes)
     return dataclasses.replace(TORCHTITAN, recompute_gemm_fraction=share,
-                               recompute_memory_fraction=1.0)
+                               recompute_memory_fraction=1.0,
+                               recompute_saved_fraction=min(1.0, kept / block.activation_bytes))
 
 
 def _cluster(gpu: GpuSpec, gpus: int, nic_gbps: float) -> Cluster:
@@ -180,13 +192,15 @@ def _run(model: str, seq: int, precision: str, gpu: GpuSpec, gpus: int, nic_gbps
          profiles: ProfileSet, framework: Any = None,
          count_recompute: bool = False,
          overlap_dp: bool = True, cp: int = 1,
-         zero: int = 1) -> tuple[float, float, bool, str]:
-    """(tokens/s per GPU, model TFLOP/s per GPU, feasible, framework name) for one configuration.
+         zero: int = 1, sp: bool | None = None) -> tuple[float, float, bool, str, float]:
+    """(tokens/s per GPU, model TFLOP/s per GPU, feasible, framework name, peak memory GiB of
+    the fullest GPU) for one configuration.
 
     `framework(model, graph)` gives the executing framework; `count_recompute` counts the
     recomputed forward in the TFLOP/s (Megatron's published convention). `cp`: context-
     parallel degree (the plan's per-stage cp; dp is what is left of the GPUs); `zero`: the
-    ZeRO stage (1: distributed optimizer; 3: parameters sharded too, Megatron-FSDP / FSDP)."""
+    ZeRO stage (1: distributed optimizer; 3: parameters sharded too, Megatron-FSDP / FSDP);
+    `sp`: sequence parallelism with TP (None: on for the Megatron runs, off for FSDP ones)."""
     # fp8 recipes keep bf16 activations and master weights: the graph is built in bf16.
     graph = _graph(model, seq, "bf16" if precision == "fp8" else precision)
     dp = gpus // (tp * pp * cp)
@@ -194,7 +208,8 @@ def _run(model: str, seq: int, precision: str, gpu: GpuSpec, gpus: int, nic_gbps
     per_pipe = gbs // (dp * mb)
     schedule = "interleaved" if vp > 1 and per_pipe % pp == 0 else "1f1b"
     plan = megatron_plan(graph, cluster, tp=tp, pp=pp, dp=dp, micro_batch=mb, global_batch=gbs,
-                         recompute=recompute, sequence_parallel=tp > 1 and not fsdp,
+                         recompute=recompute,
+                         sequence_parallel=tp > 1 and (not fsdp if sp is None else sp),
                          schedule=schedule, virtual_stages=vp if schedule == "interleaved" else 1,
                          zero1=True, zero=zero, cp=cp)
     fw = MEGATRON_EAGER if framework is None else framework(model, graph)
@@ -207,7 +222,7 @@ def _run(model: str, seq: int, precision: str, gpu: GpuSpec, gpus: int, nic_gbps
         # Narayanan et al. SC'21's 96·B·s·l·h²(1 + s/6h + V/16lh) counts the logits 3×).
         flops += sum(x.fwd_flops for x in graph.layers if x.kind not in ("embedding", "head"))
     tflops = flops * gbs / est.iteration_time_s / gpus / 1e12
-    return per_gpu, tflops, est.feasible, fw.name
+    return per_gpu, tflops, est.feasible, fw.name, max(st.peak_memory_gib for st in est.stages)
 
 
 def _costed(label: str, measured: float, *run_args: Any, tflops: bool = False,
@@ -215,11 +230,11 @@ def _costed(label: str, measured: float, *run_args: Any, tflops: bool = False,
     """One row from `_run(*run_args, **run_kwargs)` (tokens/s per GPU, or TFLOP/s per GPU with
     `tflops`); a configuration that cannot be expressed becomes an uncounted row saying why."""
     try:
-        tok, tf, feasible, fw_name = _run(*run_args, **run_kwargs)
+        tok, tf, feasible, fw_name, peak = _run(*run_args, **run_kwargs)
     except (HetplanError, KeyError, ValueError) as exc:
         return Row(label, measured, None, used=False, note=str(exc))
     return Row(label, measured, tf if tflops else tok, feasible=feasible, used=used, note=note,
-               framework=fw_name)
+               framework=fw_name, peak_gib=peak)
 
 
 large_run_row = _costed
@@ -230,8 +245,9 @@ def _ac(text: str) -> str:
     return "none" if text == "none" else ("full" if text == "full" else "selective")
 
 
-def _torchtitan(path: Path, profiles: ProfileSet, h100: bool) -> list[Row]:
-    rows = []
+def _torchtitan(path: Path, profiles: ProfileSet, h100: bool) -> tuple[list[Row], list[Row]]:
+    """(throughput rows, peak-memory rows of the files that publish it), FSDP2 at ZeRO-3."""
+    rows, memory = [], []
     with path.open(newline="") as fh:
         for r in csv.DictReader(fh):
             model = r["model"].split(" ")[0]
@@ -245,6 +261,9 @@ def _torchtitan(path: Path, profiles: ProfileSet, h100: bool) -> list[Row]:
             if "CP" in par and "CP1" not in par:
                 rows.append(Row(label, measured, None, used=False,
                                 note="context parallelism not modelled"))
+                if r.get("peak_mem_GiB"):
+                    memory.append(dataclasses.replace(rows[-1],
+                                                      measured=float(r["peak_mem_GiB"])))
                 continue
             tp = int(par.split("TP")[1].split()[0]) if "TP" in par else 1
             pp = int(par.split("PP")[1].split()[0]) if "PP" in par else 1
@@ -256,21 +275,30 @@ def _torchtitan(path: Path, profiles: ProfileSet, h100: bool) -> list[Row]:
             nic = 3200.0 if gpu is _H100_96 else 1600.0
             dp = gpus // (tp * pp)
             # torchtitan's local batch is per data-parallel rank; with PP it is split into
-            # micro-batches of 1 (its default), otherwise one micro-batch.
-            mb = 1 if pp > 1 else lb
+            # `pipeline_parallel_microbatches` micro-batches, by default the PP degree (its
+            # 2024 `build_pipeline_schedule`: `n_microbatches or pipeline_parallel_degree`),
+            # otherwise one micro-batch.
+            mb = max(1, lb // pp)
             ac = r["activation_ckpt"]
-            policy = ac.split()[-1] if ac.startswith("selective") else ""
+            # "selective" alone is torchtitan's default `selective_ac_option = 'op'` (its
+            # llama3_8b.toml), which the H100 tables ran.
+            policy = ("layer" if "layer" in ac else "op") if ac.startswith("selective") else ""
             framework = (lambda m, g: TORCHTITAN_FULL) if not policy else (
                 lambda m, g, pol=policy: torchtitan_framework(m, g, pol))
             plain = precision == "bf16" and "compile" not in prec_txt
             row = _costed(
                 label, measured, model, seq, precision, gpu, gpus, nic, tp, pp,
                 2 if "interleaved" in par else 1, mb, lb * dp, _ac(ac), True, profiles, framework,
-                used=plain, note="" if plain else "torch.compile / float8 not modelled")
+                used=plain, note="" if plain else "torch.compile / float8 not modelled", zero=3,
+                sp=True)
             if row.predicted is not None and not row.feasible:
-                row = dataclasses.replace(row, note=row.note + " (no FSDP param sharding: OOM)")
+                row = dataclasses.replace(row, note=(row.note + "; " if row.note else "")
+                                          + "we price OOM")
             rows.append(row)
-    return rows
+            if r.get("peak_mem_GiB"):
+                memory.append(dataclasses.replace(row, measured=float(r["peak_mem_GiB"]),
+                                                  predicted=row.peak_gib))
+    return rows, memory
 
 
 def _nemo(path: Path, profiles: ProfileSet) -> list[Row]:
@@ -341,9 +369,15 @@ def _historic(profiles: ProfileSet) -> list[Row]:
 def large_run_reports(data_dir: Path, profiles: ProfileSet) -> list[FileReport]:
     target = "throughput within 10 %"
     out = []
-    for name, fn in (("torchtitan_a100.csv", lambda p: _torchtitan(p, profiles, False)),
-                     ("torchtitan_h100.csv", lambda p: _torchtitan(p, profiles, True)),
-                     ("nemo_h100.csv", lambda p: _nemo(p, profiles)),
+    for name, h100 in (("torchtitan_a100.csv", False), ("torchtitan_h100.csv", True)):
+        if (data_dir / name).exists():
+            rows, memory = _torchtitan(data_dir / name, profiles, h100)
+            out.append(summarise(name, "all", "tokens/s/GPU", rows, target,
+                                 lower_is_better=False))
+            if memory:  # counted as the throughput is: plain bf16 rows
+                out.append(summarise(name, "peak memory", "GiB", memory, "informational",
+                                     ranking=False))
+    for name, fn in (("nemo_h100.csv", lambda p: _nemo(p, profiles)),
                      ("llama3_405b.csv", lambda p: _llama3(p, profiles))):
         path = data_dir / name
         if path.exists():
