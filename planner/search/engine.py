@@ -60,6 +60,10 @@ _NEAR = 0.5
 _SMALL_CLUSTER = 8
 """Up to this many GPUs every bottleneck cap is tried and every candidate re-costed."""
 
+Candidate = tuple[float, tuple, int, str, tuple[PipelineClass, ...], tuple[int, ...]]
+"""A search candidate before its plan is built: (score, key, micro-batch size, schedule,
+pipeline classes, micro-batches of each pipeline)."""
+
 
 def model_spec(model: Any) -> dict[str, Any] | None:
     """What plans embed as `model`: a spec dict, or a user's module's layer table."""
@@ -315,7 +319,7 @@ class Search:
                 return self.memo[key]
 
             for score, key, combo, counts in heterogeneous_plans(
-                    solver, choices, total_mb, schedule, per_island=16 if exhaustive else 1,
+                    solver, choices, total_mb, per_island=16 if exhaustive else 1,
                     splits=self.splits):
                 full = (b, schedule, key)
                 if full in seen:
@@ -348,7 +352,7 @@ class Search:
                 if est.feasible:
                     self.incumbent = min(self.incumbent, est.iteration_time_s)
 
-    def plans(self, entry, first: bool = False) -> list[Plan]:
+    def plans(self, entry: Candidate, first: bool = False) -> list[Plan]:
         """The entry's plan under each placement (distinct ones); with `first`, only the first
         placement that places. Built once per entry: the incumbent's refresh and the
         re-costing meet the same entries (plans are immutable, so sharing them is safe)."""
