@@ -17,8 +17,8 @@ from typing import Any
 
 from planner.cluster.model import Cluster
 from planner.schema import Pipeline, Plan, RankInfo, Stage
-from planner.search.partition import Template
 from planner.search.tables import RECOMPUTE
+from planner.search.template import Template
 
 __all__ = ["PLACEMENTS", "PipelineClass", "build_plan", "split_microbatches"]
 

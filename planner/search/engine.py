@@ -32,7 +32,7 @@ from planner.schema import Plan
 from planner.search.assemble import PLACEMENTS, PipelineClass, build_plan
 from planner.search.hetero import heterogeneous_plans, shortlist
 from planner.search.order import by_score, plan_key
-from planner.search.partition import Option, objective, solve
+from planner.search.partition import solve
 from planner.search.shapes import islands, shapes_for
 from planner.search.tables import (
     OptionCosts,
@@ -41,6 +41,7 @@ from planner.search.tables import (
     option_costs,
     tp_degrees,
 )
+from planner.search.template import Option, objective
 
 __all__ = ["OBJECTIVES", "Search", "by_score", "default_batch", "model_spec", "plan_key"]
 

@@ -17,7 +17,7 @@ import itertools
 from collections.abc import Callable, Iterator, Sequence
 
 from planner.search.assemble import PipelineClass, split_microbatches
-from planner.search.partition import objective
+from planner.search.template import objective
 
 __all__ = ["disjoint_families", "heterogeneous_plans"]
 
