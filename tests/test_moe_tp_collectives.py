@@ -91,8 +91,10 @@ def _priced(counted: list[tuple[str, int]], dtype_bytes: int) -> float:
 def test_an_moe_block_prices_the_collectives_the_runtime_runs(graph, sp: bool) -> None:
     # Forward: o, each expert's w2 over its routed rows and the shared expert's w2 all-reduce
     # (SP: attention's and the branch's inputs all-gathered, o reduce-scattered). Backward:
-    # q, k, v, each expert's w1 and w3 and the shared expert's w1 and w3 all-reduce their
-    # input gradients (SP: two all-gathers more). Before: two s·h all-reduces each way (with
+    # attention's summed q/k/v input gradient all-reduces once (SP: reduce-scatters), each
+    # expert's w1 and w3 and the shared expert's w1 and w3 all-reduce their input gradients
+    # (SP: two all-gathers more). Before q, k, v shared one input: three s·h all-reduces
+    # backward, not one. Before: two s·h all-reduces each way (with
     # SP one all-gather more): tiny-moe fp32 TP 2 at 50 GB/s, 7 µs, forward 28.3 µs priced vs
     # 84.7 µs counted, backward 28.3 vs 183.5 (SP: 35.4 vs 91.7 and 35.4 vs 197.6).
     index = next(i for i, layer in enumerate(graph.layers) if layer.num_experts)

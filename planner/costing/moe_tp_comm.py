@@ -1,21 +1,23 @@
 """TP collectives of a mixture-of-experts block under hetplan's own runtime.
 
-`planner/runtime/stage.py: apply_tp` shards each linear on its own with DTensor's
-Colwise/RowwiseParallel (q, k, v, w1, w3 column-parallel; o, w2 row-parallel), and the MoE
-branch runs every expert on the rows routed to it (`planner/models/moe.py`). So, counted on
+`planner/runtime/stage.py: apply_tp` shards each linear with DTensor's Colwise/RowwiseParallel
+(q, k, v, w1, w3 column-parallel; o, w2 row-parallel); attention's q, k, v share one DTensor
+input (`shared_input_branches`, torchtitan's PrepareModuleInput), the MoE branch's linears do
+not: it runs every expert on the rows routed to it (`planner/models/moe.py`). So, counted on
 tiny-moe's MoE block with a fake TP group (`tests/test_moe_tp_collectives.py`), per pass:
 
 - forward: each row-parallel output all-reduces on its own: attention's o (s·h), each local
   expert's w2 over its routed rows (E/ep messages, s·k·h in all), the shared expert's w2 (s·h);
-- backward: each column-parallel linear all-reduces its input's gradient on its own: q, k, v
-  (3 × s·h), every local expert's w1 and w3 (2·E/ep messages, 2·s·k·h in all), the shared
-  expert's w1 and w3 (2 × s·h); row-parallel linears need nothing backward.
+- backward: attention's summed q/k/v input gradient all-reduces once (s·h); each expert
+  linear all-reduces its input's gradient on its own: every local expert's w1 and w3
+  (2·E/ep messages, 2·s·k·h in all), the shared expert's w1 and w3 (2 × s·h); row-parallel
+  linears need nothing backward.
 
-With sequence parallelism (`runtime/seqpar.py`) attention's input is all-gathered (its
-gradient comes back as a local slice of the summed q/k/v all-reduces) and o reduce-scatters
-(its backward all-gathers); the MoE branch's input is all-gathered, its output sliced
-locally, and its backward all-gathers the slice's gradient: two all-gathers and a
-reduce-scatter forward, two all-gathers backward, on top of the all-reduces above less o's.
+With sequence parallelism (`runtime/seqpar.py`) attention's input is all-gathered (its summed
+q/k/v gradient reduce-scatters back to the slice) and o reduce-scatters (its backward
+all-gathers); the MoE branch's input is all-gathered, its output sliced locally, and its
+backward all-gathers the slice's gradient: two all-gathers and a reduce-scatter each way, on
+top of the expert all-reduces above.
 
 A dense graph's pricing (two all-reduces of s·h each way) fits neither pass.
 """
@@ -45,12 +47,13 @@ def hetplan_moe_tp_messages(layer: Layer, mb: float, ep: int, sp: bool
     routed = [("all_reduce", mb * layer.a2a_bytes / local)] * local  # s·k·h in all
     shared = 1 if _has_shared_expert(layer) else 0
     fwd = routed + [("all_reduce", whole)] * shared
-    bwd = routed * 2 + [("all_reduce", whole)] * (2 * shared + 3)
+    bwd = routed * 2 + [("all_reduce", whole)] * (2 * shared)
     if sp:
         fwd += [("all_gather", whole), ("reduce_scatter", whole), ("all_gather", whole)]
-        bwd += [("all_gather", whole)] * 2
+        bwd += [("all_gather", whole)] * 2 + [("reduce_scatter", whole)]
     else:
         fwd += [("all_reduce", whole)]
+        bwd += [("all_reduce", whole)]
     return fwd, bwd
 
 

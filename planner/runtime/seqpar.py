@@ -25,6 +25,7 @@ from torch.distributed.tensor.parallel import (
 )
 
 from planner.errors import HetplanError
+from planner.runtime.stage import shared_input_branches
 
 __all__ = ["gather_sequence", "scatter_sequence", "sp_styles"]
 
@@ -37,24 +38,25 @@ def sp_styles(block: nn.Module, plan: dict[str, str]) -> dict[str, Any] | None:
     if not all(hasattr(block, p) for p in _PARTS):
         return None
     styles: dict[str, Any] = {}
+    shared = shared_input_branches(block, plan)
     for norm, branch in (("attn_norm", "attn"), ("mlp_norm", "mlp")):
         styles[norm] = SequenceParallel(use_local_output=True)
+        # A branch whose column-parallel linears share the gathered DTensor (stage.py) sums
+        # their Partial input gradients and reduce-scatters once backward; handed on as a
+        # local tensor, each linear would all-reduce its own.
         styles[branch] = PrepareModuleInput(input_layouts=(Shard(1),),
                                             desired_input_layouts=(Replicate(),),
-                                            use_local_output=True)
-    nested = set()
+                                            use_local_output=branch not in shared)
+    # A mixture-of-experts branch (experts, shared expert) is known by its module, not by its
+    # names: its linears see flattened [tokens, hidden] rows, where dim 1 is the hidden size,
+    # not the sequence, so they all-reduce and the branch's whole output is sliced back.
+    from planner.models.moe import MoE  # here: planner.models imports the graph, which imports it
+
+    moe = [b for b in ("attn", "mlp") if isinstance(getattr(block, b, None), MoE)]
     for name, style in plan.items():
-        if style != "rowwise":
-            continue
-        branch, _, rest = name.partition(".")
-        if branch in ("attn", "mlp") and "." in rest:
-            # Inside a mixture-of-experts branch (experts, shared expert) the linears see
-            # flattened [tokens, hidden] rows, where dim 1 is the hidden size, not the
-            # sequence: they all-reduce, and the branch's whole output is sliced back.
-            nested.add(branch)
-        else:
+        if style == "rowwise" and name.partition(".")[0] not in moe:
             styles[name] = RowwiseParallel(output_layouts=Shard(1))
-    for branch in nested:
+    for branch in moe:
         styles[branch] = PrepareModuleInputOutput(
             input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),),
             use_local_input=True, output_layouts=(Replicate(),),

@@ -34,6 +34,7 @@ __all__ = [
     "loss_of",
     "param_keys",
     "parallel_loss_ok",
+    "shared_input_branches",
     "vocab_modules",
 ]
 
@@ -106,13 +107,35 @@ def _tp_plan(block: nn.Module) -> dict[str, str]:
     return plan
 
 
+def shared_input_branches(block: nn.Module, plan: dict[str, str]) -> list[str]:
+    """The branches (`attn`, `mlp`) of a planner.models block whose column-parallel linears
+    should share one DTensor input, as torchtitan's `apply_tp` does: their Partial input
+    gradients then sum as a DTensor and ONE collective per branch runs backward (Megatron's
+    fused QKV / gate-up), not one per linear (q, k, v, w1, w3), which the cost model prices.
+    Only our own modules (whose forward is DTensor-safe); a mixture-of-experts branch keeps
+    its per-expert linears (moe_tp_comm.py)."""
+    from planner.models.attention import Attention
+    from planner.models.mlp import GeluMLP, SwiGLU
+
+    out = []
+    for branch, kinds in (("attn", (Attention,)), ("mlp", (GeluMLP, SwiGLU))):
+        if not isinstance(getattr(block, branch, None), kinds):
+            continue
+        mine = [n for n in plan if n.partition(".")[0] == branch]
+        if mine and all(n.count(".") == 1 for n in mine):
+            out.append(branch)
+    return out
+
+
 def apply_tp(block: nn.Module, mesh: Any, where: str, sequence_parallel: bool = False) -> bool:
     """Shard a transformer block Megatron-style over a 1-D DTensor mesh (in place).
 
     Returns whether sequence parallelism was applied (asked for, and the block has the
     pre-norm structure it needs; see seqpar.py)."""
+    from torch.distributed.tensor import Replicate
     from torch.distributed.tensor.parallel import (
         ColwiseParallel,
+        PrepareModuleInput,
         RowwiseParallel,
         parallelize_module,
     )
@@ -130,6 +153,11 @@ def apply_tp(block: nn.Module, mesh: Any, where: str, sequence_parallel: bool = 
                                "choose a TP degree that divides the heads and the MLP width")
     styles: dict[str, Any] = {n: ColwiseParallel() if s == "colwise" else RowwiseParallel()
                               for n, s in plan.items()}
+    for branch in shared_input_branches(block, plan):
+        # Replicate in, Replicate kept, but handed on as a DTensor (not a local tensor).
+        styles[branch] = PrepareModuleInput(input_layouts=(Replicate(),),
+                                            desired_input_layouts=(Replicate(),),
+                                            use_local_output=False)
     sp = None
     if sequence_parallel:
         from planner.runtime.seqpar import sp_styles
