@@ -21,7 +21,7 @@ from typing import Any
 
 import yaml
 
-from cost_models.efficiency import set_calibration
+from cost_models.efficiency import installed_calibration, set_calibration
 from planner.errors import HetplanError
 from planner.input_files import (
     MAX_JSON_BYTES,
@@ -182,6 +182,8 @@ def apply_calibration(scales: dict[str, float]) -> None:
     cached under the previous constants)."""
     import importlib
 
+    if scales == installed_calibration():
+        return  # nothing changes: keep the cost tables cached under these constants
     set_calibration(scales)
     importlib.import_module("planner.costing.stage_cost")._CACHE.clear()
 

@@ -25,7 +25,6 @@ from planner.costing.vocab_cost import (
     head_input_whole_under_sp,
     head_split_bytes,
     loss_transient_bytes,
-    vocab_memory_share,
     vocab_tp_comm_s,
     whole_params,
 )
@@ -87,9 +86,6 @@ def layer_costs(layer: Layer, graph: LayerGraph, gpu: GpuSpec, tp: int, mb: int,
     extra = (capacity - 1.0) * layer.fwd_expert_flops if layer.num_experts else 0.0
     mm_frac = layer.fwd_matmul_flops / layer.fwd_flops if layer.fwd_flops > 0 else 0.0
     mem_share = (1 / t if sp else 0.5 + 0.5 / t) if split else 1.0
-    if split and layer.kind in ("embedding", "head"):
-        # Only vocabulary-sized traffic divides (vocab_cost.py), SP or not.
-        mem_share = vocab_memory_share(layer, graph, fw, t, sp)
     if layer.kind == "block":  # fused kernels move less than the eager graph (framework.py)
         mem_share *= fw.memory_traffic_scale
         if fw.fused_kernels:

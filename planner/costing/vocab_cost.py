@@ -17,8 +17,7 @@ from planner.costing.framework import DEFAULT_FRAMEWORK, Framework
 from planner.graph.layers import Layer, LayerGraph
 
 __all__ = ["LOSS_ALLREDUCES", "LOGPROB_BYTES", "head_input_whole_under_sp", "head_split_bytes",
-           "loss_transient_bytes", "vocab_memory_share", "vocab_params", "vocab_tp_comm_s",
-           "vocab_traffic_bytes", "whole_params"]
+           "loss_transient_bytes", "vocab_params", "vocab_tp_comm_s", "whole_params"]
 
 LOGPROB_BYTES = 4
 """Bytes per logit the loss keeps for the backward: the fp32 log-probabilities (our
@@ -60,38 +59,6 @@ def head_split_bytes(layer: Layer, graph: LayerGraph, saved: float) -> float:
     if layer.kind != "head" or layer.vocab_size <= 0:
         return saved
     return min(saved, float(graph.seq_len) * layer.vocab_size * LOGPROB_BYTES)
-
-
-def vocab_traffic_bytes(layer: Layer, graph: LayerGraph) -> float:
-    """Of a head's forward memory-bound traffic per sequence (`Layer.fwd_memory_bytes`), the
-    part over vocabulary-sized tensors, which a vocab split divides: the graph measures the
-    loss as `loss_fn` runs it, `cross_entropy(logits.float(), ...)`: the fp32 cast (reads the
-    16-bit logits, writes 4 B; nothing for fp32 logits), `_log_softmax` (reads and writes 4 B)
-    and `nll_loss_forward` (reads the 4 B log-probabilities), seq × vocab logits each. The
-    rest, the final norm over seq × hidden, is hidden-sized. 0 for other layers."""
-    if layer.kind != "head" or layer.vocab_size <= 0:
-        return 0.0
-    d = graph.dtype_bytes
-    per_logit = (d + LOGPROB_BYTES if d < LOGPROB_BYTES else 0) + 3 * LOGPROB_BYTES
-    return min(layer.fwd_memory_bytes, float(graph.seq_len) * layer.vocab_size * per_logit)
-
-
-def vocab_memory_share(layer: Layer, graph: LayerGraph, fw: Framework, tp: int,
-                       sp: bool) -> float:
-    """Share of a vocab-split embedding's or head's memory-bound traffic each of `tp` ranks
-    moves. The vocabulary-sized part (`vocab_traffic_bytes`) divides by TP with or without
-    sequence parallelism; the hidden-sized rest stays whole on every rank, except the final
-    norm under a framework that runs it sequence-parallel (`head_input_whole_under_sp`
-    False: Megatron, torchtitan). The embedding's traffic is its lookup's seq × hidden write
-    (and the position table's), made whole on every rank (runtime/vocab_embed.py masks and
-    all-reduces a full seq × hidden output; Megatron's VocabParallelEmbedding the same), so
-    it does not divide."""
-    total = layer.fwd_memory_bytes
-    if total <= 0 or layer.kind != "head":
-        return 1.0
-    vocab = vocab_traffic_bytes(layer, graph)
-    hidden = (total - vocab) / (tp if sp and not head_input_whole_under_sp(fw) else 1)
-    return (hidden + vocab / tp) / total
 
 
 def head_input_whole_under_sp(fw: Framework) -> bool:
