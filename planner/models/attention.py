@@ -132,10 +132,13 @@ class Attention(nn.Module):
             # laid out like q (CPU flash; CUDA flash allocates it `empty_like` q), is already
             # the o-projection's (batch, seq, hidden) input: no copy for autograd to keep
             # beside the kernel's own saved output.
-            # q and k share dtype and device (projections of the same x): one table.
+            # One table per tensor, on purpose: sharing q's table with k would let autograd
+            # save it once, which the extractor measures as less activation memory (a cost
+            # model change, left for whoever owns the activation figures).
             cos, sin = _rope_tables(q, s, self.rope_theta, pos)
-            cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
-            q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
+            q = _rotate(q, cos.unsqueeze(1), sin.unsqueeze(1))
+            cos, sin = _rope_tables(k, s, self.rope_theta, pos)
+            k = _rotate(k, cos.unsqueeze(1), sin.unsqueeze(1))
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
         if ctx is None:
             out = self.core(q, k, v)
