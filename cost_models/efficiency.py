@@ -18,6 +18,7 @@ __all__ = [
     "ComputeConstants",
     "compute_constants",
     "constants_for",
+    "installed_calibration",
     "set_calibration",
 ]
 
@@ -104,6 +105,11 @@ def set_calibration(scales: dict[str, float]) -> None:
     Cost tables cached under the old constants are dropped by the caller."""
     _CALIBRATION.clear()
     _CALIBRATION.update(scales)
+
+
+def installed_calibration() -> dict[str, float]:
+    """A copy of the calibration in force ({}: the shipped constants)."""
+    return dict(_CALIBRATION)
 
 
 def constants_for(gpu_name: str, generation: str) -> ComputeConstants:

@@ -18,6 +18,8 @@ __version__ = "0.1.0"
 """The package version (pyproject.toml reads it from here)."""
 
 __all__ = [
+    "ArgumentError",
+    "ArgumentTypeError",
     "HetplanError",
     "Plan",
     "estimate",
@@ -29,6 +31,8 @@ __all__ = [
 ]
 
 _WHERE = {
+    "ArgumentError": "planner.errors",
+    "ArgumentTypeError": "planner.errors",
     "HetplanError": "planner.errors",
     "Plan": "planner.schema",
     "estimate": "planner.costing",

@@ -9,7 +9,7 @@ micro-batches adding up to the global batch.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Literal
 
@@ -30,6 +30,7 @@ from planner.schema_groups import (
     check_expert_groups,
     check_fractions,
     resolve_zero_alias,
+    zero1_note,
 )
 
 __all__ = ["SCHEMA", "Pipeline", "Plan", "RankInfo", "Stage"]
@@ -109,8 +110,8 @@ class Plan(_Frozen):
     zero: int = Field(default=0, ge=0, le=3)
     """ZeRO stage over data parallelism: 0 off, 1 shards optimizer state, 2 also gradients, 3
     also weights (FSDP: gathered layer by layer in forward and backward). Older files' `zero1`
-    is read as an alias (true: 1, false: 0) and refused where it disagrees with `zero`; it is
-    never written, so a file states its stage once."""
+    is read as the old writers meant it, stage max(zero, zero1) (`zero_stage_of`); it is never
+    written, so a file states its stage once."""
     pipelines: tuple[Pipeline, ...] = Field(min_length=1, max_length=MAX_DEGREE)
     ranks: tuple[RankInfo, ...]
     predicted: dict[str, Any] | None = None
@@ -186,12 +187,15 @@ class Plan(_Frozen):
             raise SpecError(where, field, msg) from None
 
     @classmethod
-    def load(cls, path: str | Path) -> Plan:
+    def load(cls, path: str | Path, note: Callable[[str], None] | None = None) -> Plan:
+        """The plan in `path`; `note` gets the line saying an older spelling was read."""
         p = Path(path)
         # `predicted` of an infeasible plan may hold Infinity: non-finite numbers are allowed
         # here and refused by the fields that cannot take them.
         data = load_json(p, str(p), what="plan", finite=False)
         plan = cls.from_dict(data, where=str(p))
+        if note is not None and (line := zero1_note(data, str(p))):
+            note(line)
         if plan.model is None or plan.cluster is None:
             raise SpecError(str(p), "model" if plan.model is None else "cluster",
                             "missing; a plan file must embed its model and cluster specs")

@@ -9,7 +9,7 @@ if TYPE_CHECKING:
     from planner.schema import Pipeline, Plan, Stage
 
 __all__ = ["check_context_groups", "check_expert_groups", "check_fractions",
-           "resolve_zero_alias"]
+           "resolve_zero_alias", "zero1_note", "zero_stage_of"]
 
 
 def _ep_shape(st: Stage) -> tuple[Any, ...]:
@@ -88,24 +88,38 @@ def check_fractions(plan: Plan) -> None:
         raise ValueError(f"shard_fraction {shown} = {sum(given):.6g}, must sum to 1")
 
 
-def resolve_zero_alias(data: dict[str, Any]) -> dict[str, Any]:
-    """Fold an older plan file's `zero1` into `zero` (the one field written since).
+def zero_stage_of(zero: int, zero1: bool) -> int:
+    """The ZeRO stage that `zero` and the older `zero1` mean together: the larger one (`zero1`
+    true asks for at least stage 1). The one rule for plan files, `megatron_plan` and the
+    `--zero1` flag; older writers put `"zero1": true, "zero": 0` in every sharded plan."""
+    return max(zero, int(zero1))
 
-    Files once carried both (`"zero1": true, "zero": 0` meant stage 1), so editing either one
-    alone silently kept the other in force. Now `zero1` alone reads as stage 1 / 0, and a file
-    whose two fields disagree is refused rather than guessed at."""
-    if "zero1" not in data:
-        return data
+
+def _folded(data: dict[str, Any]) -> tuple[dict[str, Any], int | None]:
+    """`data` without `zero1`, its `zero` set by `zero_stage_of`, and that stage (None where
+    `zero` is not a stage 0-3: left in place for the field's own check to refuse)."""
     out = dict(data)
     zero1 = out.pop("zero1")
     if not isinstance(zero1, bool):
         raise ValueError(f"zero1: {zero1!r:.40} is not true or false; delete \"zero1\" and "
                          "give the ZeRO stage as \"zero\": 0, 1, 2 or 3")
-    zero = out.get("zero")
-    if zero is None:
-        out["zero"] = int(zero1)
-    elif isinstance(zero, int) and (zero >= 1) != zero1:
-        raise ValueError(f"\"zero1\": {str(zero1).lower()} and \"zero\": {zero} disagree "
-                         "(zero1 is the older spelling of zero >= 1); delete \"zero1\" and set "
-                         "\"zero\" to the stage you want (0 off, 1-3 on)")
-    return out
+    zero = out.get("zero", 0)
+    if type(zero) is not int or not 0 <= zero <= 3:
+        return out, None
+    out["zero"] = zero_stage_of(zero, zero1)
+    return out, out["zero"]
+
+
+def resolve_zero_alias(data: dict[str, Any]) -> dict[str, Any]:
+    """Fold an older plan file's `zero1` into `zero` (the one field written since), read as
+    the old `zero_stage` did: stage max(zero, zero1)."""
+    return _folded(data)[0] if "zero1" in data else data
+
+
+def zero1_note(data: Any, where: str) -> str | None:
+    """The one-line note for a file that still spells its stage with `zero1` (None if not)."""
+    if not isinstance(data, dict) or "zero1" not in data:
+        return None
+    stage = _folded(data)[1]
+    return (f"note: {where}: \"zero1\" is the older spelling; read as ZeRO stage {stage} — "
+            f"write \"zero\": {stage} and delete \"zero1\"")

@@ -76,6 +76,12 @@ def test_estimate_refuses_a_plan_that_is_not_a_plan(moe) -> None:
     ({"top_k": 0}, ValueError, "top_k=0: must be >= 1"),
     ({"micro_batch_sizes": ("2",)}, TypeError, "micro_batch_sizes item='2'"),
     ({"framework": "nemo"}, ValueError, "framework='nemo': use one of"),
+    ({"micro_batch_sizes": 2}, TypeError, "micro_batch_sizes=2: expected a list"),
+    ({"budget_usd_per_hour": "5"}, TypeError, "budget_usd_per_hour='5': expected a number"),
+    ({"budget_usd_per_hour": math.nan}, ValueError, "budget_usd_per_hour nan: must be a"),
+    ({"schedules": "1f1b"}, TypeError, "schedules='1f1b': expected a list of schedule names"),
+    ({"sequence_parallel": "yes"}, TypeError, "sequence_parallel='yes': expected True or"),
+    ({"profiles": "x"}, TypeError, "profiles: expected a cost_models.profiles.ProfileSet"),
 ])
 def test_plan_refuses_bad_arguments_in_one_line(kwargs: dict, kind: type, text: str) -> None:
     model, cluster = planner.load_model("tiny"), planner.load_cluster("amp-t4")
@@ -83,3 +89,31 @@ def test_plan_refuses_bad_arguments_in_one_line(kwargs: dict, kind: type, text: 
         planner.plan(model, cluster, **kwargs)
     assert text in str(err.value) and "\n" not in str(err.value)
     assert isinstance(err.value, HetplanError)
+
+
+def test_estimate_refuses_profiles_that_are_not_a_profile_set(moe) -> None:
+    model, cluster, plan = moe
+    with pytest.raises(TypeError, match="profiles: expected a cost_models.profiles.ProfileSet"):
+        planner.estimate(model, cluster, plan, profiles="x")
+
+
+def test_sharding_estimator_checks_its_arguments_as_estimate_does(moe) -> None:
+    from planner.costing.estimate import sharding_estimator
+
+    model, cluster, plan = moe
+    judge = sharding_estimator(model, cluster, plan, framework="megatron")
+    assert judge(plan) == planner.estimate(model, cluster, plan, framework=MEGATRON_CORE)
+    with pytest.raises(ValueError, match="framework='megatronn'"):
+        sharding_estimator(model, cluster, plan, framework="megatronn")
+    with pytest.raises(ValueError, match=f"at most {_bound(model):g}"):
+        sharding_estimator(model, cluster, plan, capacity_factor=_bound(model) * 1.01)
+    with pytest.raises(TypeError, match="profiles: expected"):
+        sharding_estimator(model, cluster, plan, profiles="x")
+
+
+def test_argument_errors_are_exported_from_planner() -> None:
+    from planner.errors import ArgumentError, ArgumentTypeError
+
+    assert planner.ArgumentError is ArgumentError and issubclass(ArgumentError, ValueError)
+    assert planner.ArgumentTypeError is ArgumentTypeError
+    assert {"ArgumentError", "ArgumentTypeError"} <= set(planner.__all__)

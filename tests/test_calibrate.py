@@ -11,7 +11,8 @@ import yaml
 
 from planner.cluster import load_cluster
 from planner.costing import estimate, megatron_plan
-from planner.costing.calibrate import apply_calibration
+from planner.costing.calibrate import apply_calibration, load_calibration
+from planner.errors import HetplanError
 from planner.graph import load_model
 from tests.cli import run_cli
 
@@ -134,3 +135,34 @@ def test_a_calibration_names_catalog_gpus_or_is_refused(
                                 str(tmp_path / "typo.yaml")], capsys)
         assert code == 2 and len(err.strip().splitlines()) == 1
         assert f"gpu_efficiency_scale.{key}: unknown GPU type" in err
+
+
+def test_a_calibration_does_not_outlive_its_command(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Three in-process commands: the one without --calibration prices with the shipped
+    # constants, exactly as the first did (once it stayed in force: 0.016197 → 0.018772 ×2).
+    path = _plans(tmp_path)[0]
+    gpu = json.loads(path.read_text())["pipelines"][0]["stages"][0]["gpu"]
+    cal = tmp_path / "cal.yaml"
+    cal.write_text(f"gpu_efficiency_scale: {{{gpu}: 0.5}}\n")
+    times = []
+    for extra in ([], ["--calibration", str(cal)], []):
+        code, text, err = run_cli(["estimate", str(path), "--json", *extra], capsys)
+        assert code == 0, err
+        times.append(json.loads(text)["iteration_time_s"])
+    assert times[0] == times[2] == pytest.approx(_predict(path, {}), rel=1e-6)
+    assert times[1] > times[0]
+
+
+def test_two_names_of_one_gpu_are_refused(tmp_path: Path) -> None:
+    # "H100" and "H100-SXM5-80GB" are one catalog GPU: one of the two scales would be lost.
+    from cost_models.catalog import get_gpu
+
+    assert get_gpu("H100").name == get_gpu("H100-SXM5-80GB").name
+    cal = tmp_path / "cal.yaml"
+    cal.write_text("gpu_efficiency_scale: {H100: 0.9, H100-SXM5-80GB: 1.1}\n")
+    with pytest.raises(HetplanError, match="names H100 and H100-SXM5-80GB, both the") as err:
+        load_calibration(cal)
+    assert "\n" not in str(err.value)
+    cal.write_text("gpu_efficiency_scale: {H100: 0.9, A100: 1.1}\n")
+    assert len(load_calibration(cal)) == 2

@@ -132,3 +132,35 @@ def test_the_first_worker_to_fail_is_named_not_the_peers_it_took_down() -> None:
            0: ("error", ("RuntimeError: Connection closed by peer [127.0.0.1]:46472", "tb0"))}
     with pytest.raises(WorkerError, match=r"^rank 2 failed: RuntimeError: source tensor"):
         _raise_reported(got)
+
+
+def _killed_then_echoed(rank: int, world: int, store_dir: str) -> None:
+    from planner.runtime.local import init_world
+
+    init_world(store_dir, "pg", rank, world, timeout_s=20)
+    if rank == 1:
+        os.kill(os.getpid(), signal.SIGKILL)  # as the OOM killer does: no report
+    # Rank 0's collective loses its peer ("Connection closed by peer") and reports that error
+    # to the parent, while rank 1 never reports.
+    torch.distributed.all_reduce(torch.ones(1))
+
+
+def test_a_worker_killed_by_a_signal_is_named_not_the_peer_it_took_down(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from planner.runtime import local
+    from planner.runtime.local import WorkerError, run_local
+
+    with pytest.raises(WorkerError, match=r"^rank 1 was killed by SIGKILL"):
+        run_local(_killed_then_echoed, 2, timeout_s=30)
+    # A busy parent (a loaded machine) looks only after both happened: rank 1's death and
+    # rank 0's report of the lost connection are both there at its first look.
+    start = local.mp.start_processes
+
+    def busy_parent(*args: object, **kwargs: object) -> object:
+        procs = start(*args, **kwargs)
+        time.sleep(2.0)
+        return procs
+
+    monkeypatch.setattr(local.mp, "start_processes", busy_parent)
+    with pytest.raises(WorkerError, match=r"^rank 1 was killed by SIGKILL"):
+        run_local(_killed_then_echoed, 2, timeout_s=30)

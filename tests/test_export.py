@@ -178,6 +178,12 @@ def test_moe_plans_export_their_experts(tmp_path, capsys):
     args = _args(export_plan(Plan.load(path), "megatron"))
     assert (args["--num-experts"], args["--moe-router-topk"], args["--moe-ffn-hidden-size"],
             args["--expert-model-parallel-size"]) == ("8", "2", "14336", "8")
+    # TP 2 with EP 8: Megatron-Core's TransformerConfig refuses it without sequence parallel
+    # ("When using expert parallelism and tensor parallelism, sequence parallelism must be
+    # used"); the plan was priced without it, and a comment says so.
+    text = export_plan(Plan.load(path), "megatron")
+    assert "--sequence-parallel" in args
+    assert "# --sequence-parallel added" in text and "priced without" in text
     assert not {"--moe-layer-freq", "--moe-router-pre-softmax",
                 "--moe-shared-expert-intermediate-size"} & set(args)
     code, _, err = run_cli(["export", str(path), "--to", "torchtitan"], capsys)
@@ -192,6 +198,7 @@ def test_moe_plans_export_their_experts(tmp_path, capsys):
             args["--expert-model-parallel-size"]) == ("64", "6", "1408", "2816",
                                                       "([0]*1+[1]*27)", "8")
     assert "--moe-router-pre-softmax" in args
+    assert "--sequence-parallel" not in args  # TP 1: nothing to add
 
 
 def test_zero_stage_above_one_is_said_not_exported_as_zero1(tmp_path):
@@ -202,3 +209,29 @@ def test_zero_stage_above_one_is_said_not_exported_as_zero1(tmp_path):
     toml = export_plan(Plan.load(path), "torchtitan")
     assert "ZeRO-1" not in toml  # FSDP is ZeRO-3 itself: nothing to warn about
     assert tomllib.loads(toml)["parallelism"]["data_parallel_shard_degree"] == 64
+
+
+def test_a_plan_naming_no_framework_is_priced_for_the_export_target(tmp_path):
+    # A plan file without predicted.framework (written before the field, or by hand): its
+    # comment prices it for Megatron-Core, as the nearest-uniform fallback does, and says so.
+    from planner.costing.framework import DEFAULT_FRAMEWORK, MEGATRON_CORE
+
+    m, c = planner.load_model("gpt2-amp"), planner.load_cluster("dgx-a100")
+    p = megatron_plan(m, c, tp=2, pp=2, dp=2, micro_batch=1, global_batch=16)
+    for_megatron = estimate(m, c, p, framework=MEGATRON_CORE).iteration_time_s
+    for_hetplan = estimate(m, c, p, framework=DEFAULT_FRAMEWORK).iteration_time_s
+    assert f"{for_megatron:.4f}" != f"{for_hetplan:.4f}"  # the test tells the two apart
+    data = with_prediction(p, estimate(m, c, p)).to_dict()
+    data["predicted"].pop("framework", None)
+    path = tmp_path / "plan.json"
+    Plan.from_dict(data).save(path)
+    text = export_plan(Plan.load(path), "megatron")
+    assert (f"hetplan predicts {for_megatron:.4f} s per iteration" in text
+            and "priced for megatron; the plan file names no framework" in text)
+    assert "priced for another framework (the file names none)" in text  # stored: hetplan's
+    # A plan that names its framework is priced for that one, with no such remark.
+    data["predicted"]["framework"] = "hetplan"
+    Plan.from_dict(data).save(path)
+    text = export_plan(Plan.load(path), "megatron")
+    assert f"{for_hetplan:.4f} s per iteration" in text and "names no framework" not in text
+    assert "another framework" not in text

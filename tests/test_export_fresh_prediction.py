@@ -17,7 +17,7 @@ def _priced(tmp_path: Path) -> tuple[Path, float]:
     p = megatron_plan(m, c, tp=2, pp=2, dp=2, micro_batch=1, global_batch=16)
     est = estimate(m, c, p)
     path = tmp_path / "plan.json"
-    with_prediction(p, est).save(path)
+    with_prediction(p, est, "hetplan").save(path)  # as `hetplan plan` writes it
     return path, est.iteration_time_s
 
 

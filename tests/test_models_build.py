@@ -9,7 +9,7 @@ import torch
 
 from planner.graph.spec import ModelSpec
 from planner.models import build_element, build_model, loss_fn
-from planner.models.attention import apply_rope
+from planner.models.attention import Attention
 
 
 def _spec(arch: str, kv: int = 4, **kw) -> ModelSpec:
@@ -79,11 +79,43 @@ def test_loss_is_mean_cross_entropy() -> None:
     torch.testing.assert_close(loss_fn(logits, labels), manual)
 
 
-def test_rope_scores_depend_only_on_relative_position() -> None:
-    q = torch.randn(1, 1, 1, 8).expand(1, 1, 12, 8)
-    k = torch.randn(1, 1, 1, 8).expand(1, 1, 12, 8)
-    scores = apply_rope(q, 10000.0) @ apply_rope(k, 10000.0).transpose(-2, -1)
-    torch.testing.assert_close(scores[0, 0, 3, 1], scores[0, 0, 9, 7])  # offset 2 both
+def _rope_reference(x: torch.Tensor, theta: float) -> torch.Tensor:
+    """RoPE (Su et al., 2021) in the rotate-half layout on (batch, seq, heads, head_dim):
+    element i pairs with i + d/2 as the complex number x_i + j·x_(i+d/2), turned by
+    pos · theta^(-2i/d) radians (complex multiplication, independent of the module's cos/sin
+    tables)."""
+    d = x.shape[-1]
+    pos = torch.arange(x.shape[1], dtype=torch.float64)
+    freq = theta ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
+    turn = torch.polar(torch.ones(len(pos), d // 2, dtype=torch.float64),
+                       torch.outer(pos, freq))[None, :, None, :]
+    z = torch.complex(x[..., : d // 2], x[..., d // 2:]) * turn
+    return torch.cat((z.real, z.imag), dim=-1)
+
+
+def test_rope_reference_scores_depend_only_on_relative_position() -> None:
+    q = torch.randn(1, 1, 1, 8, dtype=torch.double).expand(1, 12, 1, 8)
+    k = torch.randn(1, 1, 1, 8, dtype=torch.double).expand(1, 12, 1, 8)
+    scores = (_rope_reference(q, 1e4)[0, :, 0] @ _rope_reference(k, 1e4)[0, :, 0].T)
+    torch.testing.assert_close(scores[3, 1], scores[9, 7])  # offset 2 both
+
+
+@pytest.mark.parametrize("kv_heads", [4, 2])
+def test_attention_forward_equals_rope_then_causal_softmax(kv_heads: int) -> None:
+    # The module's rotation (one cos/sin table for q and k) against the reference, then
+    # softmax(q·kᵀ/√d + causal mask)·v written out, grouped-query heads repeated.
+    torch.manual_seed(0)
+    attn = Attention(32, 4, kv_heads, bias=False, rope_theta=1e4).double()
+    x = torch.randn(2, 10, 32, dtype=torch.double)
+    hd = attn.head_dim
+    q = _rope_reference(attn.q(x).view(2, 10, 4, hd), 1e4).transpose(1, 2)
+    k = _rope_reference(attn.k(x).view(2, 10, kv_heads, hd), 1e4).transpose(1, 2)
+    v = attn.v(x).view(2, 10, kv_heads, hd).transpose(1, 2)
+    k, v = (t.repeat_interleave(4 // kv_heads, dim=1) for t in (k, v))
+    mask = torch.full((10, 10), float("-inf"), dtype=torch.double).triu(1)
+    probs = torch.softmax(q @ k.transpose(-2, -1) / hd ** 0.5 + mask, dim=-1)
+    want = attn.o((probs @ v).transpose(1, 2).reshape(2, 10, 32))
+    torch.testing.assert_close(attn(x), want)
 
 
 @pytest.mark.parametrize("spec", SPECS[:2], ids=["gpt", "llama-gqa"])

@@ -1,6 +1,7 @@
 """torchtitan's per-op selective checkpointing: the closed form of what a block keeps
 (cost_models/sac_activations.py) against a one-process run of a Llama block under the same
-policy, and the estimate pricing a torchtitan plan's blocks at that closed form."""
+policy, and the estimate pricing a torchtitan plan's blocks at that closed form (the
+per-layer pricing itself: tests/test_sac_cost.py)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from cost_models.memory import GIB
 from cost_models.profiles import ProfileSet
 from cost_models.sac_activations import layer_sac_saved_bytes, op_sac_saved_bytes
 from planner.costing.estimate import estimate
+from planner.costing.framework import TORCHTITAN
 from planner.costing.megatron import megatron_plan
 from planner.models.chain import Block
 
@@ -104,8 +106,8 @@ def test_torchtitan_plan_prices_blocks_at_the_closed_form() -> None:
     cluster = lr._cluster(lr._H100_96, 8, 3200.0)
     plan = megatron_plan(g, cluster, tp=1, pp=1, dp=8, micro_batch=2, global_batch=16,
                          recompute="selective", sequence_parallel=False, zero1=True, zero=3)
-    fw = lr.torchtitan_framework("Llama3.1-8B", g, "op")
-    est = estimate(g, cluster, plan, profiles=ProfileSet(), precision="bf16", framework=fw)
+    est = estimate(g, cluster, plan, profiles=ProfileSet(), precision="bf16",
+                   framework=TORCHTITAN)
     blocks = sum(1 for x in g.layers if x.kind == "block")
     rest = sum(x.saved_bytes("selective") for x in g.layers if x.kind != "block")
     want = 2 * (blocks * op_sac_saved_bytes(8192, 4096, 14336, 1024, 32) + rest) / GIB

@@ -49,6 +49,9 @@ def test_estimate_zero3_needs_less_memory_than_zero1_and_zero1_alias(
     z1, t1 = _peak(capsys, "--zero", "1")
     z3, _ = _peak(capsys, "--zero", "3")
     assert _peak(capsys, "--zero1") == (z1, t1)
+    # --zero1 beside --zero N is stage max(N, 1), as a plan file's two fields read.
+    assert _peak(capsys, "--zero1", "--zero", "0") == (z1, t1)
+    assert _peak(capsys, "--zero1", "--zero", "3")[0] == z3
     # 70.55 B parameters: ZeRO-1 keeps 4 B/param of weights and gradients whole, ZeRO-3 a
     # 64th, but holds its largest layer (the 128,256 × 8,192 embedding or head) gathered
     # twice over (running and prefetched), with gradients; activations are the same.
@@ -58,7 +61,7 @@ def test_estimate_zero3_needs_less_memory_than_zero1_and_zero1_alias(
 
 def test_bad_zero_flags_are_one_line(capsys: pytest.CaptureFixture[str]) -> None:
     for flags, msg in ((["--zero", "4"], "--zero 4: use 0, 1, 2 or 3"),
-                       (["--zero1", "--zero", "3"], "--zero1 and --zero 3 disagree")):
+                       (["--zero1", "--zero", "-1"], "--zero -1: use 0, 1, 2 or 3")):
         code, _, err = run_cli(["estimate", "tiny", "dgx-a100", "--tp", "1", "--pp", "1",
                                 *flags], capsys)
         assert code == 2 and msg in err and "Traceback" not in err

@@ -33,6 +33,7 @@ from planner.cli.output import console, print_json, wide_console
 from planner.cli.plan_file import is_plan_file, load_checked
 from planner.errors import HetplanError
 from planner.limits import MAX_DEGREE, MAX_GLOBAL_BATCH, MAX_LAYERS
+from planner.schema_groups import zero_stage_of
 
 __all__ = ["estimate"]
 
@@ -139,7 +140,8 @@ def estimate(
         "--capacity-factor", callback=finite_option,
         help="MoE: the busiest expert's load over the balanced one.")
     ] = DEFAULT_CAPACITY_FACTOR,
-    zero1: Annotated[bool, typer.Option("--zero1", help="Same as --zero 1.")] = False,
+    zero1: Annotated[bool, typer.Option(
+        "--zero1", help="Older spelling of --zero 1 (with --zero N: stage max(N, 1)).")] = False,
     zero: Annotated[int | None, typer.Option(
         "--zero", help="ZeRO stage over DP: 0 none, 1 optimizer state, 2 and gradients, "
         "3 and weights (FSDP).")] = None,
@@ -170,9 +172,7 @@ def estimate(
     use_calibration(calibration)
     if zero is not None and not 0 <= zero <= 3:
         raise HetplanError(f"--zero {zero}: use 0, 1, 2 or 3")
-    if zero is not None and zero1 and zero != 1:
-        raise HetplanError(f"--zero1 and --zero {zero} disagree; give one of them")
-    zero_stage = zero if zero is not None else (1 if zero1 else 0)
+    zero_stage = zero_stage_of(zero or 0, zero1)
     seq_len = parse_seq_len(seq_len_text)
     profiles = load_profiles(profiles_files, shipped=not no_profiles)
     if is_plan_file(model_or_plan) or (model_or_plan.endswith(".json") and cluster is None):

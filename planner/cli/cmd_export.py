@@ -29,15 +29,15 @@ def export(
         "--nearest-out", help="When refused: save the nearest expressible plan here.")] = None,
 ) -> None:
     """Print the plan as Megatron-LM arguments or a torchtitan TOML."""
+    from planner.cli.plan_file import load_plan
     from planner.export import TARGETS, NotExpressible, export_plan
-    from planner.schema import Plan
 
     if to not in TARGETS:
         raise HetplanError(f"--to {to!r}: use one of {', '.join(TARGETS)}")
     for path, flag in ((out, "-o"), (nearest_out, "--nearest-out")):
         if path is not None:
             check_output(path, flag)
-    plan = Plan.load(plan_file)
+    plan = load_plan(plan_file)
     try:
         text = export_plan(plan, to)
     except NotExpressible as exc:

@@ -38,12 +38,14 @@ _CALIBRATION: list[tuple[Path, dict[str, float]]] = []
 
 
 def use_calibration(path: Path | None) -> None:
-    """Apply `--calibration FILE` to every estimate of this command (checked first)."""
-    _CALIBRATION.clear()
-    if path is None:
-        return
+    """Apply `--calibration FILE` to every estimate of this command (checked first); without
+    one, the shipped constants (an earlier in-process command's file must not stay in force)."""
     from planner.costing.calibrate import apply_calibration, load_calibration
 
+    _CALIBRATION.clear()
+    if path is None:
+        apply_calibration({})
+        return
     scales = load_calibration(path)
     apply_calibration(scales)
     _CALIBRATION.append((path, scales))

@@ -13,7 +13,16 @@ if TYPE_CHECKING:
     from planner.costing.result import Estimate
     from planner.schema import Plan
 
-__all__ = ["at_seq_len", "is_plan_file", "load_checked", "refuse_infeasible"]
+__all__ = ["at_seq_len", "is_plan_file", "load_checked", "load_plan", "refuse_infeasible"]
+
+
+def load_plan(path: str | Path) -> Plan:
+    """`Plan.load`, with its note about an older spelling on stderr (stdout may be --json)."""
+    import sys
+
+    from planner.schema import Plan
+
+    return Plan.load(path, note=lambda line: print(line, file=sys.stderr))
 
 
 def is_plan_file(path: str) -> bool:
@@ -39,9 +48,7 @@ def load_checked(path: str | Path, cluster: Any = None,
 
     from planner.cluster import load_cluster
     from planner.costing.plan_check import check_plan
-    from planner.schema import Plan
-
-    plan = Plan.load(path)
+    plan = load_plan(path)
     planned = plan.model.get("seq_len") if isinstance(plan.model, dict) else None
     if seq_len is not None:
         plan = at_seq_len(plan, seq_len, where=str(path))

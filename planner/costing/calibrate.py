@@ -21,7 +21,7 @@ from typing import Any
 
 import yaml
 
-from cost_models.efficiency import set_calibration
+from cost_models.efficiency import installed_calibration, set_calibration
 from planner.errors import HetplanError
 from planner.input_files import (
     MAX_JSON_BYTES,
@@ -182,6 +182,8 @@ def apply_calibration(scales: dict[str, float]) -> None:
     cached under the previous constants)."""
     import importlib
 
+    if scales == installed_calibration():
+        return  # nothing changes: keep the cost tables cached under these constants
     set_calibration(scales)
     importlib.import_module("planner.costing.stage_cost")._CACHE.clear()
 
@@ -202,14 +204,22 @@ def load_calibration(path: Path) -> dict[str, float]:
     if not isinstance(scales, dict) or not scales:
         raise HetplanError(f"--calibration {path}: needs a gpu_efficiency_scale mapping "
                            "(write it with `hetplan calibrate RUNS.csv --out FILE`)")
-    out = {}
+    out: dict[str, float] = {}
+    named: dict[str, str] = {}
     for name, value in scales.items():
         if (isinstance(value, bool) or not isinstance(value, int | float)
                 or not _LO <= value <= _HI):
             raise HetplanError(f"--calibration {path}: gpu_efficiency_scale."
                                f"{clip(str(name), 40)} = {short(value)}; use a number in "
                                f"[{_LO}, {_HI}]")
-        out[_scale_key(path, name)] = float(value)
+        key = _scale_key(path, name)
+        if key in named:
+            # Both would set one GPU's scale, and the later one would silently win.
+            raise HetplanError(f"--calibration {path}: gpu_efficiency_scale names "
+                               f"{clip(named[key], 40)} and {clip(str(name), 40)}, both the "
+                               f"{key}; keep one of them")
+        named[key] = str(name)
+        out[key] = float(value)
     return out
 
 

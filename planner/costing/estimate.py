@@ -22,7 +22,7 @@ from typing import Any
 from cost_models.memory import inflight_microbatches
 from cost_models.moe import DEFAULT_CAPACITY_FACTOR
 from cost_models.profiles import ProfileSet
-from planner.api_checks import check_capacity_factor, framework_arg
+from planner.api_checks import check_capacity_factor, check_profiles, framework_arg
 from planner.cluster.model import Cluster, Node
 from planner.costing.estimate_share import (
     _device_chunks,
@@ -82,6 +82,7 @@ def estimate(model: Any, cluster: Cluster | None, plan: Plan, *,
     """
     framework = framework_arg(framework)
     capacity_factor = check_capacity_factor(capacity_factor)
+    check_profiles(profiles)
     if not isinstance(plan, Plan):
         raise ArgumentTypeError(f"plan: expected a planner.Plan (Plan.load(path) or "
                                 f"Plan.from_dict(data)), got {type(plan).__name__}")
@@ -92,15 +93,21 @@ def estimate(model: Any, cluster: Cluster | None, plan: Plan, *,
 
 def sharding_estimator(model: Any, cluster: Cluster | None, plan: Plan, *,
                        profiles: ProfileSet | None = None, precision: str | None = None,
-                       overlap_dp: bool = False, framework: Framework = DEFAULT_FRAMEWORK,
+                       overlap_dp: bool = False,
+                       framework: Framework | str = DEFAULT_FRAMEWORK,
                        capacity_factor: float = DEFAULT_CAPACITY_FACTOR
                        ) -> Callable[[Plan], Estimate]:
     """`estimate` (same arguments) for `plan` and its copies at other ZeRO stages or shard
     fractions (the search's sharding post-pass prices several per plan). The validation,
-    stage costs and p2p of a layout do not depend on `zero`, `zero1` or `shard_fraction`, so
+    stage costs and p2p of a layout do not depend on `zero` or `shard_fraction`, so
     they are built once and each copy is priced by the same arithmetic as `estimate` (equal
-    floats); a plan that differs in anything else gets a full `estimate`."""
+    floats); a plan that differs in anything else gets a full `estimate`. Arguments are
+    checked as `estimate` checks them."""
+    framework = framework_arg(framework)
+    capacity_factor = check_capacity_factor(capacity_factor)
+    check_profiles(profiles)
     layout = _layout(model, cluster, plan, profiles, precision, framework, capacity_factor)
+    check_capacity_factor(capacity_factor, layout.graph)
     overlap_dp = overlap_dp or framework.dp_overlap
 
     def judge(q: Plan) -> Estimate:
@@ -112,7 +119,7 @@ def sharding_estimator(model: Any, cluster: Cluster | None, plan: Plan, *,
     return judge
 
 
-_SHARDING_FIELDS = frozenset({"zero", "zero1", "predicted", "pipelines"})
+_SHARDING_FIELDS = frozenset({"zero", "predicted", "pipelines"})
 
 
 def _same_layout(a: Plan, b: Plan) -> bool:

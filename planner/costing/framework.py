@@ -10,8 +10,9 @@ with one of these records instead of bending the shared constants:
 - `recompute_gemm_fraction` / `recompute_memory_fraction`: what a `selective` recompute policy
   re-runs in the backward, as fractions of the block's forward GEMM work and memory-bound
   work, for frameworks whose selective checkpointing is not Megatron's (Korthikanti et al.
-  2023: the attention core only). None: Megatron's. `recompute_saved_fraction`: what such a
-  policy keeps, as a share of the block's no-recompute saved bytes.
+  2023: the attention core only). None: Megatron's. `sac_policy` names such a policy instead
+  (torchtitan's per-op checkpointing), priced from each block's own dimensions: what it
+  re-runs and what it keeps (`planner.costing.sac_cost`).
 - `attention_flops_share`: the graph counts attention non-causal (Korthikanti eq. 7); causal
   flash kernels (FlashAttention-2, Dao 2023, §3.1: blocks above the diagonal are skipped; cuDNN
   / Transformer Engine fused attention likewise) compute about half of it, forward and
@@ -62,9 +63,12 @@ from dataclasses import dataclass, field
 from cost_models.attention import ATTENTION_KERNELS
 
 __all__ = ["AMP_DEEPSPEED_MEGATRON", "DEEPSPEED_PIPELINE", "DEFAULT_FRAMEWORK", "FRAMEWORKS",
-           "DEEPSPEED", "HETPLAN_RUNTIME", "MEGATRON_CORE", "MEGATRON_EAGER", "SAILOR_DEEPSPEED",
-           "TORCHTITAN", "VOCAB_LOSSES", "Framework", "framework_named",
+           "DEEPSPEED", "HETPLAN_RUNTIME", "MEGATRON_CORE", "MEGATRON_EAGER", "SAC_POLICIES",
+           "SAILOR_DEEPSPEED", "TORCHTITAN", "VOCAB_LOSSES", "Framework", "framework_named",
            "framework_of"]
+
+SAC_POLICIES = ("", "torchtitan-op", "torchtitan-layer")
+"""`Framework.sac_policy` values (`planner.costing.sac_cost`); "": Megatron's selective."""
 
 
 VOCAB_LOSSES = ("torch", "megatron-inplace", "megatron-clone")
@@ -82,10 +86,11 @@ class Framework:
     """Under `selective` recompute: share of the block's forward GEMM time re-run."""
     recompute_memory_fraction: float | None = None
     """Under `selective` recompute: share of the block's forward memory-bound time re-run."""
-    recompute_saved_fraction: float | None = None
-    """Under `selective` recompute: share of the block's no-recompute saved bytes
-    (`Layer.activation_bytes`) the framework's own policy keeps for the backward (torchtitan:
-    `cost_models.sac_activations`); None: the graph's count for Megatron's policy."""
+    sac_policy: str = ""
+    """Under `selective` recompute: the framework's own per-block checkpointing policy, priced
+    from each block's dimensions (`planner.costing.sac_cost`): "torchtitan-op" (what it
+    re-runs and what it keeps, `cost_models.sac_activations`), "torchtitan-layer" (every
+    second block fully checkpointed); "": Megatron's (or the recompute fractions above)."""
     attention_flops_share: float = 0.5
     """Share of the graph's (non-causal) attention-core FLOPs the attention kernel computes:
     0.5 for causal flash kernels, which skip the masked upper-triangle blocks (hetplan's
@@ -217,8 +222,7 @@ class Framework:
         if not 0 < self.memory_traffic_scale <= 1:
             raise ValueError(f"memory_traffic_scale must be in (0, 1], got "
                              f"{self.memory_traffic_scale}")
-        for name in ("recompute_gemm_fraction", "recompute_memory_fraction",
-                     "recompute_saved_fraction"):
+        for name in ("recompute_gemm_fraction", "recompute_memory_fraction"):
             x = getattr(self, name)
             if x is not None and not 0 <= x <= 1:
                 raise ValueError(f"{name} must be in [0, 1], got {x}")
@@ -227,6 +231,11 @@ class Framework:
                              f"{self.attention_flops_share}")
         if (self.recompute_gemm_fraction is None) != (self.recompute_memory_fraction is None):
             raise ValueError("give both recompute fractions or neither")
+        if self.sac_policy not in SAC_POLICIES:
+            raise ValueError(f"sac_policy must be one of {SAC_POLICIES}, got "
+                             f"{self.sac_policy!r}")
+        if self.sac_policy and self.recompute_gemm_fraction is not None:
+            raise ValueError("give the recompute fractions or sac_policy, not both")
         if self.attention_kernel not in ATTENTION_KERNELS:
             raise ValueError(f"attention_kernel must be one of {ATTENTION_KERNELS}, got "
                              f"{self.attention_kernel!r}")
@@ -363,7 +372,7 @@ always runs hetplan's runtime."""
 TORCHTITAN = Framework(
     sp_gathers_before_head=False, sp_edge_gathers=False, moe_tp_allreduce_per_expert=False,
     residual_stream_bytes=0,
-    p2p_scatter_gather=True,
+    p2p_scatter_gather=True, sac_policy="torchtitan-op",
     cp_ring_overlap=True, zero_beyond_fsdp_runs_as_zero1=False,
     name="torchtitan", host_dispatch_overlapped=True, dp_overlap=True,
     fp8="torchao Float8Linear (dynamic scaling) on the block linears; needs torch.compile",
@@ -374,11 +383,14 @@ TORCHTITAN = Framework(
         "backward, prefetched all-gather of parameters during forward)",
         "rowwise embedding / colwise output with loss_parallel: split when TP divides the "
         "vocabulary, no padding",
+        "parallelize_llama _apply_ac_to_transformer_block: selective_ac_option 'op' (its "
+        "default) saves mm / SDPA outputs except every second mm (sac_policy 'torchtitan-op')",
         "eager modules without torch.compile (no fused elementwise kernels); async TP only "
         "with compile (enable_async_tensor_parallel), not assumed",
         "asynchronous CUDA launches: no per-kernel synchronisation"))
-"""PyTorch torchtitan (FSDP2 + TP + PP), bf16 eager. Its selective activation checkpointing
-policies are per-run options (`planner.costing.validation.large_runs.torchtitan_framework`)."""
+"""PyTorch torchtitan (FSDP2 + TP + PP), bf16 eager. `selective` recompute is its default
+per-op checkpointing (`selective_ac_option = 'op'`); its `selective layer` option is the same
+record with `sac_policy="torchtitan-layer"`."""
 
 DEEPSPEED = Framework(
     sp_gathers_before_head=False, sp_head_input_replicated=False, sp_edge_gathers=False,

@@ -20,6 +20,7 @@ from cost_models.te_activations import te_block_replicated_bytes, te_block_saved
 from planner.costing.framework import DEFAULT_FRAMEWORK, Framework
 from planner.costing.layer_gemms import layer_gemm_factors
 from planner.costing.moe_tp_comm import hetplan_moe_tp_comm_s
+from planner.costing.sac_cost import sac_block_costs
 from planner.costing.vocab_cost import (
     head_hidden_saved_bytes,
     head_split_bytes,
@@ -186,17 +187,21 @@ def layer_costs(layer: Layer, graph: LayerGraph, gpu: GpuSpec, tp: int, mb: int,
             update = prof.update_ms / 1e3 * (prof_tp / t)
     # Recomputation re-runs work inside the backward pass.
     no_recompute_bwd = bwd
+    # The framework's own selective policy, from this block's dimensions (sac_cost.py):
+    # (GEMM share re-run, memory-bound share re-run, bytes kept); None: Megatron's.
+    sac = sac_block_costs(layer, graph, fw.sac_policy) if recompute == "selective" else None
+    gemm_share, mem_share = sac[:2] if sac else (fw.recompute_gemm_fraction,
+                                                 fw.recompute_memory_fraction)
     if recompute == "full":
         bwd += fwd
-    elif (recompute == "selective" and layer.kind == "block"
-          and fw.recompute_gemm_fraction is not None):
+    elif recompute == "selective" and layer.kind == "block" and gemm_share is not None:
         # The framework's own selective policy: shares of the forward's GEMM and memory-bound
         # work (with their launches) re-run in the backward.
         mem_fwd = (memory_s(work.fwd_memory_bytes, gpu)
                    + work.kernels_fwd * constants_for(gpu.name, gpu.generation).kernel_s)
-        bwd += (fw.recompute_gemm_fraction * gemm_s(work.fwd_matmul_flops, gpu, precision,
-                                                    work.gemm_width, work.gemm_scale[0])
-                + (fw.recompute_memory_fraction or 0.0) * mem_fwd)
+        bwd += (gemm_share * gemm_s(work.fwd_matmul_flops, gpu, precision,
+                                    work.gemm_width, work.gemm_scale[0])
+                + (mem_share or 0.0) * mem_fwd)
     elif recompute == "selective" and layer.kind == "block":
         attn_flops = getattr(layer, "fwd_attention_flops", None)
         if attn_flops is None:  # graphs without the field: QK^T and AV, 2·s²·h FLOPs each
@@ -223,12 +228,11 @@ def layer_costs(layer: Layer, graph: LayerGraph, gpu: GpuSpec, tp: int, mb: int,
         whole, te_rep = te
         if recompute != "full":
             saved, rep_per_seq = whole, te_rep
-    elif (recompute == "selective" and layer.kind == "block"
-          and fw.recompute_saved_fraction is not None):
+    elif sac is not None:
         # The framework's own selective policy (torchtitan's per-op checkpointing keeps a few
         # GEMM outputs and recomputes the rest, cost_models/sac_activations.py); what it
         # keeps cannot be replicated beyond what it keeps.
-        saved = fw.recompute_saved_fraction * whole
+        saved = sac[2]
         rep_per_seq = min(rep_per_seq, saved)
     if recompute == "full" or layer.kind != "block":
         rep_per_seq = saved if layer.kind == "block" else 0.0

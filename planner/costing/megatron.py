@@ -17,6 +17,7 @@ from planner.costing.resolve import resolve_model
 from planner.errors import HetplanError, SpecError
 from planner.limits import MAX_MICROBATCHES, limit_text
 from planner.schema import Pipeline, Plan, RankInfo, Stage
+from planner.schema_groups import zero_stage_of
 
 __all__ = ["even_split", "megatron_plan"]
 
@@ -159,8 +160,7 @@ def megatron_plan(model: Any, cluster: Cluster, *, tp: int, pp: int, dp: int, mi
         "model": _spec_dict(model), "cluster": dict(cluster.spec) if cluster.spec else None,
         "global_batch_size": global_batch, "micro_batch_size": micro_batch,
         "schedule": schedule, "virtual_stages": virtual_stages,
-        # `zero1` (an argument, not a plan field) asks for at least stage 1.
-        "sequence_parallel": sequence_parallel, "zero": max(zero, int(zero1)),
+        "sequence_parallel": sequence_parallel, "zero": zero_stage_of(zero, zero1),
         "pipelines": [p.model_dump() for p in pipelines],
         "ranks": [r.model_dump() for r in ranks_table],
     }

@@ -13,7 +13,7 @@ from typing import Any
 from planner.costing import DEFAULT_FRAMEWORK, Estimate
 from planner.costing.framework import MEGATRON_CORE
 from planner.errors import HetplanError
-from planner.export.megatron import megatron_text
+from planner.export.megatron import megatron_text, sequence_parallel_forced
 from planner.export.predicted import prediction_notes
 from planner.export.torchtitan import torchtitan_toml
 from planner.export.uniform import UniformShape, uniform_shape
@@ -55,7 +55,8 @@ def _notes(plan: Plan, shape: UniformShape, target: str) -> list[str]:
              f"{cluster.get('name', 'cluster')}, {world} × {shape.gpu}: TP {shape.tp} × "
              f"{cp}PP {shape.pp} × DP {shape.dp}, {shape.microbatches_per_pipeline} micro-batches "
              f"of {shape.micro_batch_size} per replica, schedule {shape.schedule}"]
-    notes += prediction_notes(plan)  # re-estimated: the stored block may predate an edit
+    # Re-estimated: the stored block may predate an edit.
+    notes += prediction_notes(plan, _FRAMEWORK[target])
     if not shape.megatron_rank_order:
         notes.append("the plan's rank order differs from the framework's (TP fastest, then DP, "
                      "then PP): stages land on nodes by launch order, not where the plan put them")
@@ -66,6 +67,10 @@ def _notes(plan: Plan, shape: UniformShape, target: str) -> list[str]:
                          "--use-distributed-optimizer shards optimizer state only: for the "
                          "rest use Megatron-FSDP (pp 1), or expect more memory per GPU than "
                          "predicted")
+        if sequence_parallel_forced(shape):
+            notes.append("--sequence-parallel added: Megatron-Core refuses expert parallelism "
+                         "with tensor parallelism without it; the plan was priced without "
+                         "sequence parallel (its activation memory and TP traffic differ)")
         if model.get("shared_expert_gate"):
             notes.append("the shared expert's sigmoid gate (Qwen-MoE) has no flag here: add "
                          "your Megatron version's shared-expert gate option")

@@ -90,6 +90,14 @@ def _moe_args(model: dict[str, Any]) -> list[tuple[str, Any]]:
     return args
 
 
+def sequence_parallel_forced(shape: UniformShape) -> bool:
+    """Whether Megatron needs --sequence-parallel although the plan was priced without it:
+    Megatron-Core's TransformerConfig raises "When using expert parallelism and tensor
+    parallelism, sequence parallelism must be used" (expert_model_parallel_size > 1 and
+    tensor_model_parallel_size > 1)."""
+    return shape.tp > 1 and shape.ep > 1 and not shape.sequence_parallel
+
+
 def megatron_args(shape: UniformShape, model: dict[str, Any]) -> list[tuple[str, Any]]:
     """(flag, value or None) pairs, model shape first, then the parallel layout."""
     args = _model_args(model)
@@ -107,9 +115,9 @@ def megatron_args(shape: UniformShape, model: dict[str, Any]) -> list[tuple[str,
     elif shape.recompute == "full":
         args += [("--recompute-granularity", "full"), ("--recompute-method", "uniform"),
                  ("--recompute-num-layers", 1)]
-    if shape.sequence_parallel:
+    if shape.sequence_parallel or sequence_parallel_forced(shape):
         args.append(("--sequence-parallel", None))
-    if shape.zero1:
+    if shape.zero >= 1:
         args.append(("--use-distributed-optimizer", None))
     return args
 

@@ -42,7 +42,7 @@ def _value(v: Any) -> str:
 
 def torchtitan_toml(shape: UniformShape, model: dict[str, Any], notes: list[str]) -> str:
     precision = model.get("training", {}).get("precision", "bf16")
-    replicate, shard = (1, shape.dp) if shape.zero1 else (shape.dp, 1)
+    replicate, shard = (1, shape.dp) if shape.zero >= 1 else (shape.dp, 1)
     sections: list[tuple[str, list[tuple[str, Any]]]] = [
         ("job", [("description", f"{model.get('name', 'model')} (exported by hetplan)")]),
         ("training", [("local_batch_size", shape.global_batch_size // shape.dp),

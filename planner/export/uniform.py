@@ -28,7 +28,6 @@ class UniformShape:
     schedule: str
     recompute: str
     sequence_parallel: bool
-    zero1: bool
     gpu: str
     chunk_layers: tuple[tuple[int, int], ...]
     """Layer range [start, end) of each model chunk over the chain (embedding = 0, head = last),
@@ -41,7 +40,7 @@ class UniformShape:
     cp: int = 1
     """Context-parallel degree (pipelines per cp-block); `dp` counts the blocks."""
     zero: int = 0
-    """The plan's ZeRO stage (`zero1` is zero >= 1)."""
+    """The plan's ZeRO stage (>= 1: the optimizer state is sharded)."""
     ep: int = 1
     """Expert-parallel degree of the stages holding routed (mixture-of-experts) blocks."""
 
@@ -111,7 +110,7 @@ def uniform_shape(plan: Plan) -> UniformShape | str:
         global_batch_size=plan.global_batch_size,
         microbatches_per_pipeline=first.microbatches, schedule=plan.schedule,
         recompute=modes[0], sequence_parallel=plan.sequence_parallel,
-        zero1=plan.zero_stage >= 1, zero=plan.zero_stage, ep=eps[0] if eps else 1,
+        zero=plan.zero_stage, ep=eps[0] if eps else 1,
         gpu=gpus[0], chunk_layers=tuple(st.layers for st in first.stages),
         num_layers=plan.num_layers, megatron_rank_order=megatron_rank_order(plan))
 

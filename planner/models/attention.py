@@ -17,7 +17,7 @@ from torch import nn
 from planner.models.ops import dropout
 from planner.models.prefix_attention import prefix_causal_attention
 
-__all__ = ["Attention", "AttentionImpl", "CoreAttention", "apply_rope"]
+__all__ = ["Attention", "AttentionImpl", "CoreAttention"]
 
 AttentionImpl = Literal["sdpa", "math"]
 
@@ -90,13 +90,6 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
     return torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)
 
 
-def apply_rope(x: torch.Tensor, theta: float,
-               positions: torch.Tensor | None = None) -> torch.Tensor:
-    """Rotary position embedding (rotate-half layout) on (batch, heads, seq, head_dim), at
-    `positions` along the sequence (default 0 .. seq-1)."""
-    return _rotate(x, *_rope_tables(x, x.shape[-2], theta, positions))
-
-
 class Attention(nn.Module):
     """Multi-head (or grouped-query) causal self-attention."""
 
@@ -139,6 +132,9 @@ class Attention(nn.Module):
             # laid out like q (CPU flash; CUDA flash allocates it `empty_like` q), is already
             # the o-projection's (batch, seq, hidden) input: no copy for autograd to keep
             # beside the kernel's own saved output.
+            # One table per tensor, on purpose: sharing q's table with k would let autograd
+            # save it once, which the extractor measures as less activation memory (a cost
+            # model change, left for whoever owns the activation figures).
             cos, sin = _rope_tables(q, s, self.rope_theta, pos)
             q = _rotate(q, cos.unsqueeze(1), sin.unsqueeze(1))
             cos, sin = _rope_tables(k, s, self.rope_theta, pos)

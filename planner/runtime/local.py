@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import signal
 import tempfile
 import time
 import traceback
@@ -116,10 +117,15 @@ def run_local(fn: Callable[..., Any], world: int, *args: Any, start_method: str 
                 try:
                     done = procs.join(timeout=0.2)
                 except (mp.ProcessExitedException, mp.ProcessRaisedException) as exc:
+                    # A worker killed by a signal (the OOM killer) never reports; its peers'
+                    # "Connection closed" errors can arrive first: the death is the cause.
+                    if getattr(exc, "signal_name", None):
+                        raise _died(exc) from None
                     _drain(results, got)
                     _raise_reported(got)
                     raise _died(exc) from None
                 _drain(results, got)
+                _raise_killed(procs.processes)
                 _raise_reported(got)
                 _check_stall(beats, world, got, timeout_s)
         finally:
@@ -137,6 +143,20 @@ def _drain(results: Any, got: dict[int, tuple[str, Any]]) -> None:
     while not results.empty():
         rank, status, out = results.get()
         got[rank] = (status, out)
+
+
+def _raise_killed(processes: list[Any]) -> None:
+    """Raise `_died` for a worker a signal has already killed (before its peers' echoes of
+    its death, which `join` has not yet seen when they land in the same poll)."""
+    for rank, p in enumerate(processes):
+        code = p.exitcode  # polls without blocking; < 0: killed by signal -code
+        if code is not None and code < 0:
+            try:
+                name = signal.Signals(-code).name
+            except ValueError:
+                name = f"signal {-code}"
+            raise _died(mp.ProcessExitedException("", error_index=rank, error_pid=p.pid,
+                                                  exit_code=code, signal_name=name))
 
 
 def _raise_reported(got: dict[int, tuple[str, Any]]) -> None:

@@ -16,7 +16,15 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from cost_models.profiles import ProfileSet
-from planner.api_checks import check_count, framework_arg
+from planner.api_checks import (
+    check_budget,
+    check_count,
+    check_flag,
+    check_profiles,
+    check_schedules,
+    check_sizes,
+    framework_arg,
+)
 from planner.costing.estimate import sharding_estimator, with_prediction
 from planner.costing.framework import DEFAULT_FRAMEWORK, FRAMEWORKS, Framework
 from planner.costing.resolve import resolve_cluster, resolve_model
@@ -202,8 +210,11 @@ def plan(model: Any, cluster: Any, *, global_batch_size: int | None = None,
     if global_batch_size is not None:
         check_count("global_batch_size", global_batch_size)
     check_count("top_k", top_k)
-    for b in micro_batch_sizes or ():
-        check_count("micro_batch_sizes item", b)
+    micro_batch_sizes = check_sizes("micro_batch_sizes", micro_batch_sizes)
+    budget_usd_per_hour = check_budget(budget_usd_per_hour)
+    schedules = check_schedules(schedules)
+    check_flag("sequence_parallel", sequence_parallel)
+    check_profiles(profiles)
     if seq_len is not None:
         check_count("seq_len", seq_len)
         model = _at_seq_len(model, seq_len)

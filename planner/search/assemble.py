@@ -17,8 +17,8 @@ from typing import Any
 
 from planner.cluster.model import Cluster
 from planner.schema import Pipeline, Plan, RankInfo, Stage
-from planner.search.partition import Template
 from planner.search.tables import RECOMPUTE
+from planner.search.template import Template
 
 __all__ = ["PLACEMENTS", "PipelineClass", "build_plan", "split_microbatches"]
 
@@ -114,7 +114,7 @@ def _trusted(cls: type[Any], values: dict[str, Any]) -> Any:
     """`cls.model_construct(**values)` for models without aliases, defaults left out or
     post-init hooks, given every field in declaration order: the same four attributes set,
     without model_construct's per-field alias and default lookups (thousands per search;
-    `tests/test_search_speed_devices.py` checks the two agree)."""
+    `_agrees` checks the two agree at import)."""
     m = cls.__new__(cls)
     _set(m, "__dict__", values)
     _set(m, "__pydantic_fields_set__", set(values))
@@ -124,6 +124,47 @@ def _trusted(cls: type[Any], values: dict[str, Any]) -> Any:
 
 
 _set = object.__setattr__
+
+
+def _constructed(cls: type[Any], values: dict[str, Any]) -> Any:
+    return cls.model_construct(**values)
+
+
+_STAGE = {"layers": (0, 3), "gpu": "A100-SXM4-40GB", "tp": 2, "ranks": (4, 5),
+          "recompute": "selective", "ep": None, "cp": 2}
+_SAMPLES: tuple[tuple[type[Any], dict[str, Any]], ...] = (
+    (Stage, _STAGE), (RankInfo, {"rank": 3, "node": "n1", "local_rank": 1}),
+    (Pipeline, {"microbatches": 4, "stages": (Stage.model_validate(_STAGE),),
+                "shard_fraction": None}))
+
+
+def _agrees(build: Any) -> bool:
+    """Whether `build` makes what `model_construct` makes on a sample of each model (every
+    slot pydantic's BaseModel declares, equality, repr, JSON); False on any error."""
+    from pydantic import BaseModel
+
+    missing = object()
+    try:
+        for cls, values in _SAMPLES:
+            if list(values) != list(cls.model_fields) or any(
+                    f.alias or f.validation_alias for f in cls.model_fields.values()):
+                return False  # _trusted's preconditions: every field, in order, no alias
+            ours, theirs = build(cls, dict(values)), cls.model_construct(**values)
+            for slot in BaseModel.__slots__:
+                a, b = getattr(ours, slot, missing), getattr(theirs, slot, missing)
+                if a is missing or b is missing or (
+                        list(a.items()) != list(b.items()) if slot == "__dict__" else a != b):
+                    return False
+            if (ours != theirs or repr(ours) != repr(theirs)
+                    or ours.model_dump_json() != theirs.model_dump_json()):
+                return False
+    except Exception:  # another pydantic's internals: fall back rather than fail the import
+        return False
+    return True
+
+
+# `_trusted` leans on pydantic internals: checked once here, model_construct otherwise.
+_build = _trusted if _agrees(_trusted) else _constructed
 
 
 def build_plan(cluster: Cluster, classes: Sequence[PipelineClass], microbatches: Sequence[int],
@@ -160,13 +201,13 @@ def build_plan(cluster: Cluster, classes: Sequence[PipelineClass], microbatches:
             # Built unvalidated (thousands per search): the values are plain ints and strings
             # of the types the fields hold, a stage's tp ranks come from `_place`, and the
             # Plan below still runs its own checks over the whole structure.
-            stages.append(_trusted(Stage, {
+            stages.append(_build(Stage, {
                 "layers": (int(st.start), int(st.end)), "gpu": cluster.groups[g_idx].gpu.name,
                 "tp": int(tp), "ranks": ranks, "recompute": RECOMPUTE[st.recompute],
                 "ep": int(ep) if ep > 1 else None, "cp": int(cp) if cp > 1 else None}))
-        pipelines.append(_trusted(Pipeline, {"microbatches": int(microbatches[p_idx]),
+        pipelines.append(_build(Pipeline, {"microbatches": int(microbatches[p_idx]),
                                              "stages": tuple(stages), "shard_fraction": None}))
-    ranks = tuple(_trusted(RankInfo, {"rank": r, "node": names[n], "local_rank": int(loc)})
+    ranks = tuple(_build(RankInfo, {"rank": r, "node": names[n], "local_rank": int(loc)})
                   for (n, loc), r in sorted(rank_of.items(), key=lambda kv: kv[1]))
     return Plan(model=model_spec, cluster=cluster.spec, global_batch_size=global_batch_size,
                 micro_batch_size=micro_batch, schedule=schedule,

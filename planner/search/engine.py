@@ -32,7 +32,7 @@ from planner.schema import Plan
 from planner.search.assemble import PLACEMENTS, PipelineClass, build_plan
 from planner.search.hetero import heterogeneous_plans, shortlist
 from planner.search.order import by_score, plan_key
-from planner.search.partition import Option, objective, solve
+from planner.search.partition import solve
 from planner.search.shapes import islands, shapes_for
 from planner.search.tables import (
     OptionCosts,
@@ -41,6 +41,7 @@ from planner.search.tables import (
     option_costs,
     tp_degrees,
 )
+from planner.search.template import Option, objective
 
 __all__ = ["OBJECTIVES", "Search", "by_score", "default_batch", "model_spec", "plan_key"]
 
@@ -59,6 +60,10 @@ _NEAR = 0.5
 """Small clusters: also re-cost every pipeline within 50 % of the program's best objective."""
 _SMALL_CLUSTER = 8
 """Up to this many GPUs every bottleneck cap is tried and every candidate re-costed."""
+
+Candidate = tuple[float, tuple, int, str, tuple[PipelineClass, ...], tuple[int, ...]]
+"""A search candidate before its plan is built: (score, key, micro-batch size, schedule,
+pipeline classes, micro-batches of each pipeline)."""
 
 
 def model_spec(model: Any) -> dict[str, Any] | None:
@@ -315,7 +320,7 @@ class Search:
                 return self.memo[key]
 
             for score, key, combo, counts in heterogeneous_plans(
-                    solver, choices, total_mb, schedule, per_island=16 if exhaustive else 1,
+                    solver, choices, total_mb, per_island=16 if exhaustive else 1,
                     splits=self.splits):
                 full = (b, schedule, key)
                 if full in seen:
@@ -348,7 +353,7 @@ class Search:
                 if est.feasible:
                     self.incumbent = min(self.incumbent, est.iteration_time_s)
 
-    def plans(self, entry, first: bool = False) -> list[Plan]:
+    def plans(self, entry: Candidate, first: bool = False) -> list[Plan]:
         """The entry's plan under each placement (distinct ones); with `first`, only the first
         placement that places. Built once per entry: the incumbent's refresh and the
         re-costing meet the same entries (plans are immutable, so sharing them is safe)."""

@@ -17,7 +17,7 @@ import itertools
 from collections.abc import Callable, Iterator, Sequence
 
 from planner.search.assemble import PipelineClass, split_microbatches
-from planner.search.partition import objective
+from planner.search.template import objective
 
 __all__ = ["disjoint_families", "heterogeneous_plans"]
 
@@ -55,7 +55,9 @@ def shortlist(classes: list[PipelineClass], total_mb: int) -> list[int]:
     return sorted(best, key=lambda d: (best[d], d))[:_SHORTLIST]
 
 
-def _split(combo: Sequence[PipelineClass], total_mb: int, schedule: str):
+def _split(combo: Sequence[PipelineClass], total_mb: int):
+    """Micro-batches per pipeline and the span they give: a function of the classes' timings
+    and `total_mb` only (the key `heterogeneous_plans` caches it under)."""
     pipes = []
     for cls in combo:
         t = cls.template
@@ -69,7 +71,7 @@ def _split(combo: Sequence[PipelineClass], total_mb: int, schedule: str):
 
 
 def heterogeneous_plans(solver: Solver, replica_choices: dict[tuple[int, ...], list[int]],
-                        total_mb: int, schedule: str, per_island: int = 1,
+                        total_mb: int, per_island: int = 1,
                         splits: dict | None = None) -> Iterator[Entry]:
     """(score, key, classes, micro-batches per pipeline) for families of disjoint islands.
 
@@ -104,7 +106,7 @@ def heterogeneous_plans(solver: Solver, replica_choices: dict[tuple[int, ...], l
                     memo = (total_mb, tuple(map(id, combo)))
                     hit = splits.get(memo)
                     if hit is None:  # the entry holds the classes, so their ids stay unique
-                        hit = splits[memo] = (combo, *_split(combo, total_mb, schedule))
+                        hit = splits[memo] = (combo, *_split(combo, total_mb))
                     counts, score = hit[1], hit[2]
                     if counts is None:
                         continue

@@ -43,7 +43,6 @@ from typing import Any
 from cost_models.catalog import get_gpu
 from cost_models.gpu import GpuSpec
 from cost_models.profiles import ProfileSet
-from cost_models.sac_activations import layer_sac_saved_bytes, op_sac_saved_bytes
 from planner.cluster.model import Cluster, NodeGroup
 from planner.costing.estimate import estimate
 from planner.costing.framework import (
@@ -57,7 +56,7 @@ from planner.costing.megatron import megatron_plan
 from planner.costing.validation.common import FileReport, Row, graph_for, summarise
 from planner.errors import HetplanError
 
-__all__ = ["fused_framework", "large_run_reports", "large_run_row", "torchtitan_framework"]
+__all__ = ["fused_framework", "large_run_reports", "large_run_row"]
 
 _LLAMA = {"architecture": "llama", "training": {"precision": "bf16"}}
 _GPT = {"architecture": "gpt", "training": {"precision": "bf16"}}
@@ -113,26 +112,10 @@ def _graph(model: str, seq: int, precision: str) -> Any:
     return graph_for(base, seq_len=seq, precision=precision)
 
 
-def _spec(model: str) -> Any:
-    from planner.graph.load_spec import load_model_spec
-    from planner.graph.spec import ModelSpec
-
-    spec = MODELS[model]
-    if "zoo" in spec:
-        return load_model_spec(spec["zoo"])
-    return ModelSpec.from_dict({"seq_len": 2048, **spec}, where="validation model")
-
-
-def _block_dims(model: str) -> tuple[int, int, int, bool]:
-    """(hidden, ffn, kv width, llama-style) of a model's blocks."""
-    sp = _spec(model)
-    kv = sp.hidden_size // sp.num_attention_heads * sp.num_kv_heads
-    return sp.hidden_size, sp.ffn_hidden_size, kv, sp.architecture == "llama"
-
-
 CAUSAL_FLASH = 0.5
 """Causal flash attention (SDPA flash / cuDNN / TE fused) computes half the s×s blocks."""
-TORCHTITAN_FULL = TORCHTITAN
+TORCHTITAN_SELECTIVE_LAYER = dataclasses.replace(TORCHTITAN, sac_policy="torchtitan-layer")
+"""torchtitan run with `selective_ac_option = 2` ("selective layer")."""
 FLASH_ONLY = Framework(name="flash-attention", attention_flops_share=CAUSAL_FLASH,
                        p2p_scatter_gather=True,
                        dp_overlap=True, attention_kernel="",
@@ -150,25 +133,6 @@ def fused_framework(model: str, graph: Any) -> Framework:
     """NeMo / Megatron-core with Transformer Engine: `hetplan frameworks`' megatron record
     (fused elementwise chains from each block's dimensions, overlapped DP and TP traffic)."""
     return MEGATRON_CORE
-
-
-def torchtitan_framework(model: str, graph: Any, policy: str) -> Framework:
-    """torchtitan's selective activation checkpointing (`op` or `layer`, see module doc): what
-    it re-runs and what it keeps (`cost_models.sac_activations`)."""
-    block = next(x for x in graph.layers if x.kind == "block")
-    if policy == "layer":
-        kept = layer_sac_saved_bytes(block.activation_bytes_full, block.activation_bytes)
-        return dataclasses.replace(TORCHTITAN, recompute_gemm_fraction=0.5,
-                                   recompute_memory_fraction=0.5,
-                                   recompute_saved_fraction=kept / block.activation_bytes)
-    h, ffn, kv, _ = _block_dims(model)
-    rerun = 2.0 * (h * kv + h * h + h * ffn) * graph.seq_len  # wk, wo, w3 forward FLOPs
-    share = min(1.0, rerun / block.fwd_matmul_flops)
-    kept = op_sac_saved_bytes(graph.seq_len, h, ffn, kv, _spec(model).num_attention_heads,
-                              dtype_bytes=graph.dtype_bytes)
-    return dataclasses.replace(TORCHTITAN, recompute_gemm_fraction=share,
-                               recompute_memory_fraction=1.0,
-                               recompute_saved_fraction=min(1.0, kept / block.activation_bytes))
 
 
 def _cluster(gpu: GpuSpec, gpus: int, nic_gbps: float) -> Cluster:
@@ -287,12 +251,13 @@ def _torchtitan(path: Path, profiles: ProfileSet, h100: bool) -> tuple[list[Row]
             # "selective" alone is torchtitan's default `selective_ac_option = 'op'` (its
             # llama3_8b.toml), which the H100 tables ran.
             policy = ("layer" if "layer" in ac else "op") if ac.startswith("selective") else ""
-            framework = (lambda m, g: TORCHTITAN_FULL) if not policy else (
-                lambda m, g, pol=policy: torchtitan_framework(m, g, pol))
+            # The record prices its policy from each block's own dimensions (sac_cost.py).
+            tt = TORCHTITAN_SELECTIVE_LAYER if policy == "layer" else TORCHTITAN
             plain = precision == "bf16" and "compile" not in prec_txt
             row = _costed(
                 label, measured, model, seq, precision, gpu, gpus, nic, tp, pp,
-                2 if "interleaved" in par else 1, mb, lb * dp, _ac(ac), True, profiles, framework,
+                2 if "interleaved" in par else 1, mb, lb * dp, _ac(ac), True, profiles,
+                lambda m, g, fw=tt: fw,
                 used=plain, note="" if plain else "torch.compile / float8 not modelled", zero=3,
                 sp=True)
             if row.predicted is not None and not row.feasible:
