@@ -117,7 +117,7 @@ def test_dense_blocks_and_other_frameworks_keep_their_pricing(graph) -> None:
     dense = next(layer for layer in graph.layers if layer.kind == "block" and not
                  layer.num_experts)
     moe = next(layer for layer in graph.layers if layer.num_experts)
-    other = dataclasses.replace(HETPLAN_RUNTIME, name="dense-priced-stack")
+    other = dataclasses.replace(HETPLAN_RUNTIME, moe_tp_allreduce_per_expert=False)
     for sp in (False, True):
         assert (_comm_s(dense, graph, HETPLAN_RUNTIME, sp, _LINK)
                 == _comm_s(dense, graph, other, sp, _LINK))
