@@ -39,7 +39,6 @@ def framework_record(name: str) -> dict[str, Any]:
         "sp_edge_gathers": fw.sp_edge_gathers,
         "moe_tp_allreduce_per_expert": fw.moe_tp_allreduce_per_expert,
         "residual_stream_bytes": fw.residual_stream_bytes or "activation dtype",
-        "autocast_weight_copies": fw.autocast_weight_copies,
         "tied_grad_pairs": fw.tied_grad_pairs,
         "p2p_blocking": fw.p2p_blocking,
         "p2p_per_tp_rank": "1/tp of the boundary" if fw.p2p_scatter_gather else "whole boundary",

@@ -211,13 +211,6 @@ class Framework:
     add stay fp32 while the GEMMs run in 16 bits; 0: the graph's activation dtype (16-bit
     weights and activations: Megatron, torchtitan's FSDP2 `param_dtype=bfloat16`). Priced
     where the norms' saved inputs are (`layer_cost`), not in the framework-agnostic graph."""
-    autocast_weight_copies: bool = True
-    """Each micro-batch's forward keeps its own 16-bit copy of every linear weight it used, for
-    its backward: hetplan's runtime runs each forward in its own `torch.autocast` region over
-    fp32 weights (planner/runtime/engine.py), autocast's cast cache lives only as long as that
-    region, and the GEMMs save the cast weight (measured: tests/test_autocast_copies.py), so a
-    stage holds one copy per micro-batch in flight. False: the stack's weights are 16-bit
-    already (Megatron, DeepSpeed's fp16/bf16 modules, torchtitan's FSDP2 `param_dtype`)."""
     fp8: str = field(default="", compare=False)
     """How the stack runs fp8 when the plan's precision is fp8 (documentation only: the
     GEMMs then run at the fp8 peak, `cost_models.compute.matmul_dtype`); empty: no fp8 path."""
@@ -262,7 +255,6 @@ DEFAULT_FRAMEWORK = Framework()
 MEGATRON_EAGER = Framework(sp_gathers_before_head=False, sp_head_input_replicated=False,
                            sp_edge_gathers=False, moe_tp_allreduce_per_expert=False,
                            residual_stream_bytes=0,
-                           autocast_weight_copies=False,
                            attention_kernel="", max_zero=1, name="megatron-eager-softmax",
                            vocab_loss="megatron-clone",
                            p2p_scatter_gather=True,
@@ -277,7 +269,6 @@ Sailor have their own records below, which also keep the probabilities in memory
 DEEPSPEED_PIPELINE = Framework(sp_gathers_before_head=False, sp_head_input_replicated=False,
                                sp_edge_gathers=False, moe_tp_allreduce_per_expert=False,
                                residual_stream_bytes=0,
-                               autocast_weight_copies=False,
                                attention_kernel="", max_zero=1, name="deepspeed-pipeline",
                                vocab_loss="megatron-inplace",
                                p2p_scatter_gather=True,
@@ -288,7 +279,6 @@ DEEPSPEED_PIPELINE = Framework(sp_gathers_before_head=False, sp_head_input_repli
 SAILOR_DEEPSPEED = Framework(sp_gathers_before_head=False, sp_head_input_replicated=False,
                              sp_edge_gathers=False, moe_tp_allreduce_per_expert=False,
                              residual_stream_bytes=0,
-                             autocast_weight_copies=False,
                              attention_kernel="", name="sailor-deepspeed-megatron",
                              vocab_loss="megatron-clone",
                              p2p_scatter_gather=True,
@@ -309,7 +299,6 @@ and their gradients one pass more (softmax backward reads the output and the gra
 AMP_DEEPSPEED_MEGATRON = Framework(sp_gathers_before_head=False, sp_head_input_replicated=False,
                                    sp_edge_gathers=False, moe_tp_allreduce_per_expert=False,
                                    residual_stream_bytes=0,
-                                   autocast_weight_copies=False,
                                    attention_kernel="", name="deepspeed-megatron-1.1.5",
                                    vocab_loss="megatron-clone",
                                    p2p_scatter_gather=True,
@@ -351,7 +340,6 @@ MEGATRON_CORE = Framework(
     sp_gathers_before_head=False, sp_head_input_replicated=False, sp_edge_gathers=False,
     moe_tp_allreduce_per_expert=False,
     residual_stream_bytes=0,
-    autocast_weight_copies=False,
     p2p_scatter_gather=True,
     attention_kernel="te",
     cp_ring_overlap=True, zero_beyond_fsdp_runs_as_zero1=False,
@@ -384,7 +372,6 @@ always runs hetplan's runtime."""
 TORCHTITAN = Framework(
     sp_gathers_before_head=False, sp_edge_gathers=False, moe_tp_allreduce_per_expert=False,
     residual_stream_bytes=0,
-    autocast_weight_copies=False,
     p2p_scatter_gather=True, sac_policy="torchtitan-op",
     cp_ring_overlap=True, zero_beyond_fsdp_runs_as_zero1=False,
     name="torchtitan", host_dispatch_overlapped=True, dp_overlap=True,
@@ -409,7 +396,6 @@ DEEPSPEED = Framework(
     sp_gathers_before_head=False, sp_head_input_replicated=False, sp_edge_gathers=False,
     moe_tp_allreduce_per_expert=False,
     residual_stream_bytes=0,
-    autocast_weight_copies=False,
     p2p_scatter_gather=True,
     attention_kernel="",
     max_zero=1, zero_beyond_fsdp_runs_as_zero1=False,

@@ -257,15 +257,6 @@ def layer_costs(layer: Layer, graph: LayerGraph, gpu: GpuSpec, tp: int, mb: int,
         act += probs
     if layer.kind == "head":  # never recomputed: its only transient is its loss's buffers
         transient = b * loss_transient_bytes(layer, graph, fw, ts)
-    if fw.autocast_weight_copies and precision in ("bf16", "fp16") and layer.kind in ("block",
-                                                                                 "head"):
-        # Autocast's 16-bit copies of the layer's weights, one per micro-batch in flight
-        # (framework.py); a fully recomputed block casts again in its re-run only.
-        copies = _autocast_copy_bytes(layer, params, ts)
-        if recompute == "full" and layer.kind == "block":
-            transient += copies
-        else:
-            act += copies
     experts = layer.expert_params / ep / ts if layer.num_experts else 0.0
     ctx_act = ctx_transient = 0.0
     if gathered:  # every rank holds the whole sequences' K/V for attention (runtime/context.py)
@@ -275,15 +266,6 @@ def layer_costs(layer: Layer, graph: LayerGraph, gpu: GpuSpec, tp: int, mb: int,
         transient += ctx_transient
     return (fwd, bwd, bwd_w, params, act, update, transient, bwd - no_recompute_bwd, experts,
             ctx_act, ctx_transient)
-
-
-def _autocast_copy_bytes(layer: Layer, params: float, ts: int) -> float:
-    """Bytes of the 16-bit copies autocast makes of one micro-batch's GEMM weights on a GPU:
-    a block's parameters on it (its norms' few weights included, under 0.1 % of a block's),
-    the LM head's vocab × hidden / TP (its own or the tied table)."""
-    if layer.kind == "head" and layer.vocab_size > 0:
-        return 2.0 * layer.vocab_size * layer.matmul_dim / ts
-    return 2.0 * params
 
 
 _NORMS = {"block": 2, "head": 1}

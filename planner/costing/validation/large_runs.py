@@ -121,7 +121,7 @@ FLASH_ONLY = Framework(name="flash-attention", attention_flops_share=CAUSAL_FLAS
                        dp_overlap=True, attention_kernel="",
                        sp_gathers_before_head=False, sp_head_input_replicated=False,
                        sp_edge_gathers=False, moe_tp_allreduce_per_expert=False,
-                       residual_stream_bytes=0, autocast_weight_copies=False)
+                       residual_stream_bytes=0)
 """Llama 3's training stack (Dubey et al. 2024 §3.3): causal flash attention and overlapped DP
 traffic; the paper does not describe fused kernels or TP overlap, so none is assumed, nor
 which attention kernel it runs (its core stays at the GEMM rate). Its pipeline p2p keeps the
