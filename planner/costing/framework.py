@@ -252,12 +252,17 @@ class Framework:
 
 DEFAULT_FRAMEWORK = Framework()
 
-MEGATRON_EAGER = Framework(sp_gathers_before_head=False, sp_head_input_replicated=False,
-                           sp_edge_gathers=False, moe_tp_allreduce_per_expert=False,
-                           residual_stream_bytes=0,
-                           attention_kernel="", max_zero=1, name="megatron-eager-softmax",
+MEGATRON_STYLE: dict = {"sp_gathers_before_head": False, "sp_head_input_replicated": False,
+                        "sp_edge_gathers": False, "moe_tp_allreduce_per_expert": False,
+                        "residual_stream_bytes": 0, "p2p_scatter_gather": True}
+"""Where every stack but hetplan's runtime differs from `Framework()`'s defaults in the same
+way: 16-bit weights and residual stream, Megatron's sequence-parallel head and edges, the dense
+block's TP collectives in MoE blocks, 1/tp of the boundary per p2p rank (each field's own
+docstring cites the stacks)."""
+
+MEGATRON_EAGER = Framework(**MEGATRON_STYLE, attention_kernel="", max_zero=1,
+                           name="megatron-eager-softmax",
                            vocab_loss="megatron-clone",
-                           p2p_scatter_gather=True,
                            attention_flops_share=1.0,
                            pads_vocab=True, tied_grad_pairs=True)
 """Megatron-LM 1.x-3.x style: vocab-parallel embedding and logits (padded vocabulary), the
@@ -266,22 +271,16 @@ masked s√ós scores computed by a (fused) softmax kernel, as in AMP's DeepSpeed-M
 default record and the Megatron weak-scaling probe (bench/megatron_weak_scaling.py); AMP and
 Sailor have their own records below, which also keep the probabilities in memory."""
 
-DEEPSPEED_PIPELINE = Framework(sp_gathers_before_head=False, sp_head_input_replicated=False,
-                               sp_edge_gathers=False, moe_tp_allreduce_per_expert=False,
-                               residual_stream_bytes=0,
-                               attention_kernel="", max_zero=1, name="deepspeed-pipeline",
+DEEPSPEED_PIPELINE = Framework(**MEGATRON_STYLE, attention_kernel="", max_zero=1,
+                               name="deepspeed-pipeline",
                                vocab_loss="megatron-inplace",
-                               p2p_scatter_gather=True,
                                attention_flops_share=1.0,
                                pads_vocab=True, tied_grad_pairs=True, p2p_blocking=True)
 """DeepSpeed's `PipelineEngine` over Megatron (BLOOM, MT-NLG)."""
 
-SAILOR_DEEPSPEED = Framework(sp_gathers_before_head=False, sp_head_input_replicated=False,
-                             sp_edge_gathers=False, moe_tp_allreduce_per_expert=False,
-                             residual_stream_bytes=0,
-                             attention_kernel="", name="sailor-deepspeed-megatron",
+SAILOR_DEEPSPEED = Framework(**MEGATRON_STYLE, attention_kernel="",
+                             name="sailor-deepspeed-megatron",
                              vocab_loss="megatron-clone",
-                             p2p_scatter_gather=True,
                              attention_flops_share=1.0,
                              max_zero=1, pads_vocab=True, tied_grad_pairs=True,
                              keeps_attention_probs=True, score_passes=(4, 5),
@@ -296,12 +295,9 @@ read and write) and the softmax (read and write) are separate passes over the s√
 and their gradients one pass more (softmax backward reads the output and the gradient):
 `score_passes` (4, 5). The score GEMMs are cuBLAS `baddbmm` / `bmm`: `eager_attention_gemms`."""
 
-AMP_DEEPSPEED_MEGATRON = Framework(sp_gathers_before_head=False, sp_head_input_replicated=False,
-                                   sp_edge_gathers=False, moe_tp_allreduce_per_expert=False,
-                                   residual_stream_bytes=0,
-                                   attention_kernel="", name="deepspeed-megatron-1.1.5",
+AMP_DEEPSPEED_MEGATRON = Framework(**MEGATRON_STYLE, attention_kernel="",
+                                   name="deepspeed-megatron-1.1.5",
                                    vocab_loss="megatron-clone",
-                                   p2p_scatter_gather=True,
                                    attention_flops_share=1.0,
                                    max_zero=1, pads_vocab=True, tied_grad_pairs=True,
                                    tied_grad_bytes=2, keeps_attention_probs=True,
@@ -336,11 +332,7 @@ HETPLAN_RUNTIME = Framework(
              "(moe_tp_allreduce_per_expert)"))
 """hetplan's own runtime (what `hetplan launch` runs): the defaults of `Framework`."""
 
-MEGATRON_CORE = Framework(
-    sp_gathers_before_head=False, sp_head_input_replicated=False, sp_edge_gathers=False,
-    moe_tp_allreduce_per_expert=False,
-    residual_stream_bytes=0,
-    p2p_scatter_gather=True,
+MEGATRON_CORE = Framework(**MEGATRON_STYLE,
     attention_kernel="te",
     cp_ring_overlap=True, zero_beyond_fsdp_runs_as_zero1=False,
     max_zero=1,
@@ -369,10 +361,8 @@ MEGATRON_CORE = Framework(
 this way), for teams that plan with hetplan and launch Megatron themselves; `hetplan launch`
 always runs hetplan's runtime."""
 
-TORCHTITAN = Framework(
-    sp_gathers_before_head=False, sp_edge_gathers=False, moe_tp_allreduce_per_expert=False,
-    residual_stream_bytes=0,
-    p2p_scatter_gather=True, sac_policy="torchtitan-op",
+TORCHTITAN = Framework(**{**MEGATRON_STYLE, "sp_head_input_replicated": True},
+    sac_policy="torchtitan-op",
     cp_ring_overlap=True, zero_beyond_fsdp_runs_as_zero1=False,
     name="torchtitan", host_dispatch_overlapped=True, dp_overlap=True,
     fp8="torchao Float8Linear (dynamic scaling) on the block linears; needs torch.compile",
@@ -392,11 +382,7 @@ TORCHTITAN = Framework(
 per-op checkpointing (`selective_ac_option = 'op'`); its `selective layer` option is the same
 record with `sac_policy="torchtitan-layer"`."""
 
-DEEPSPEED = Framework(
-    sp_gathers_before_head=False, sp_head_input_replicated=False, sp_edge_gathers=False,
-    moe_tp_allreduce_per_expert=False,
-    residual_stream_bytes=0,
-    p2p_scatter_gather=True,
+DEEPSPEED = Framework(**MEGATRON_STYLE,
     attention_kernel="",
     max_zero=1, zero_beyond_fsdp_runs_as_zero1=False,
     name="deepspeed", attention_flops_share=1.0, pads_vocab=True, tied_grad_pairs=True,

@@ -49,6 +49,7 @@ from planner.costing.framework import (
     DEEPSPEED,
     MEGATRON_CORE,
     MEGATRON_EAGER,
+    MEGATRON_STYLE,
     TORCHTITAN,
     Framework,
 )
@@ -116,12 +117,8 @@ CAUSAL_FLASH = 0.5
 """Causal flash attention (SDPA flash / cuDNN / TE fused) computes half the s×s blocks."""
 TORCHTITAN_SELECTIVE_LAYER = dataclasses.replace(TORCHTITAN, sac_policy="torchtitan-layer")
 """torchtitan run with `selective_ac_option = 2` ("selective layer")."""
-FLASH_ONLY = Framework(name="flash-attention", attention_flops_share=CAUSAL_FLASH,
-                       p2p_scatter_gather=True,
-                       dp_overlap=True, attention_kernel="",
-                       sp_gathers_before_head=False, sp_head_input_replicated=False,
-                       sp_edge_gathers=False, moe_tp_allreduce_per_expert=False,
-                       residual_stream_bytes=0)
+FLASH_ONLY = Framework(**MEGATRON_STYLE, name="flash-attention",
+                       attention_flops_share=CAUSAL_FLASH, dp_overlap=True, attention_kernel="")
 """Llama 3's training stack (Dubey et al. 2024 §3.3): causal flash attention and overlapped DP
 traffic; the paper does not describe fused kernels or TP overlap, so none is assumed, nor
 which attention kernel it runs (its core stays at the GEMM rate). Its pipeline p2p keeps the
