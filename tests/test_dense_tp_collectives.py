@@ -10,22 +10,19 @@ all-reduce per column-parallel linear (q, k, v, w1, w3), and the price must be t
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any
 
 import pytest
 import torch
 
 import planner
-from cost_models.catalog import get_gpu
-from cost_models.profiles import ProfileSet
 from planner.costing.framework import HETPLAN_RUNTIME
-from planner.costing.layer_cost import layer_costs
 from planner.graph.load_spec import load_model_spec
 from planner.models import build_element
 from planner.runtime.local import run_local
 from planner.runtime.stage import apply_tp
 from tests.test_block_activations import fake_tp
-from tests.test_moe_tp_collectives import _FREE, _LINK, _PRICE, _TP, _collectives
+from tests.test_moe_tp_collectives import _LINK, _TP, _collectives, _priced
+from tests.test_moe_tp_collectives import _comm_s as layer_comm_s
 
 
 def _worker(rank: int, world: int, store_dir: str, name: str, tp: int,
@@ -46,18 +43,7 @@ def _worker(rank: int, world: int, store_dir: str, name: str, tp: int,
 def _comm_s(name: str, sp: bool) -> tuple[float, float]:
     graph = planner.load_model(name).graph
     layer = next(layer for layer in graph.layers if layer.kind == "block")
-
-    def run(link: Any) -> tuple[float, ...]:
-        return layer_costs(layer, graph, get_gpu("A100-SXM4-80GB"), _TP, 1, "none", "fp32", sp,
-                           link, ProfileSet(), HETPLAN_RUNTIME)[:2]
-
-    (f, b), (f0, b0) = run(_LINK), run(_FREE)
-    return f - f0, b - b0
-
-
-def _priced(counted: list[tuple[str, int]], dtype_bytes: int) -> float:
-    return sum(_PRICE[k](n * dtype_bytes, _TP, _LINK) - _PRICE[k](n * dtype_bytes, _TP, _FREE)
-               for k, n in counted)
+    return layer_comm_s(layer, graph, HETPLAN_RUNTIME, sp, _LINK)
 
 
 @pytest.mark.parametrize("name", ["tiny-llama", "tiny"])
