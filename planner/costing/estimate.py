@@ -35,16 +35,16 @@ from planner.costing.estimate_share import (
 )
 from planner.costing.framework import DEFAULT_FRAMEWORK, Framework
 from planner.costing.grad_sync import grad_sync_s
+from planner.costing.layer_cost import params_per_gpu
 from planner.costing.links import a2a_link, cp_ring_link
 from planner.costing.plan_check import check_against
 from planner.costing.resolve import resolve_cluster, resolve_model
 from planner.costing.result import Estimate, StageEstimate
 from planner.costing.stage_cost import StageCost, stage_cost, tp_split
 from planner.costing.stage_memory import shardable_gib, stage_memory
-from planner.costing.vocab_cost import whole_params
 from planner.costing.zero_runs import priced_zero_stages
 from planner.errors import ArgumentTypeError, SpecError
-from planner.graph.layers import Layer, LayerGraph
+from planner.graph.layers import LayerGraph
 from planner.schema import Plan
 from planner.simulate import StageTiming, simulate
 
@@ -329,13 +329,8 @@ def _largest_layer_params(graph: LayerGraph, plan: Plan, d: _Device,
     """Parameters per GPU of the device's largest layer: ZeRO-3 holds it whole while it runs
     and the next one as it is prefetched."""
     stages = plan.pipelines[d.pipeline].stages
-
-    def per_gpu(layer: Layer) -> float:  # as layer_cost: 1/ep of the experts, whole parts whole
-        ts = d.tp if tp_split(layer, framework, d.tp) else 1
-        kept = whole_params(layer) if ts > 1 and layer.kind in ("embedding", "head") else 0.0
-        return kept + (layer.params - kept - layer.expert_params * (1 - 1 / d.ep)) / ts
-
-    return max((per_gpu(layer) for j in d.chunks
+    return max((params_per_gpu(layer, d.tp if tp_split(layer, framework, d.tp) else 1, d.ep)
+                for j in d.chunks
                 for layer in graph.layers[stages[j].layers[0]:stages[j].layers[1]]),
                default=0.0)
 

@@ -31,7 +31,7 @@ from planner.costing.vocab_cost import (
 )
 from planner.graph.layers import Layer, LayerGraph
 
-__all__ = ["kv_bytes_per_sequence", "layer_costs", "tp_split"]
+__all__ = ["kv_bytes_per_sequence", "layer_costs", "params_per_gpu", "tp_split"]
 
 _KERNELS = {"embedding": 4, "block": KERNELS_PER_BLOCK_FWD, "head": 10,
             "other": KERNELS_PER_BLOCK_FWD}
@@ -49,6 +49,14 @@ def tp_split(layer: Layer, fw: Framework = DEFAULT_FRAMEWORK, tp: int = 1) -> bo
         return fw.pads_vocab or tp == 1 or (layer.vocab_size > 0
                                             and layer.vocab_size % tp == 0)
     return layer.kind == "block" or layer.tp_allreduces_fwd > 0
+
+
+def params_per_gpu(layer: Layer, ts: int, ep: int = 1) -> float:
+    """The layer's parameters on one GPU when split `ts` ways by TP (1: not split): expert
+    parallelism splits the routed experts over ep GPUs (each still TP-split); a vocab split
+    leaves GPT's position table and the final norm whole (vocab_cost.py)."""
+    kept = whole_params(layer) if ts > 1 and layer.kind in ("embedding", "head") else 0.0
+    return kept + (layer.params - kept - layer.expert_params * (1 - 1 / ep)) / ts
 
 
 def layer_costs(layer: Layer, graph: LayerGraph, gpu: GpuSpec, tp: int, mb: int,
@@ -78,10 +86,7 @@ def layer_costs(layer: Layer, graph: LayerGraph, gpu: GpuSpec, tp: int, mb: int,
     split = tp_split(layer, fw, t)
     ts = t if split else 1
     ep, ep_link, capacity = moe
-    # Expert parallelism splits the routed experts over ep GPUs (each still TP-split). A
-    # vocab split leaves GPT's position table and the final norm whole (vocab_cost.py).
-    kept = whole_params(layer) if ts > 1 and layer.kind in ("embedding", "head") else 0.0
-    params = kept + (layer.params - kept - layer.expert_params * (1 - 1 / ep)) / ts
+    params = params_per_gpu(layer, ts, ep)
     # The busiest expert's extra tokens beyond the balanced load (cost_models/moe.py): its
     # GEMMs forward, and dgrad + wgrad backward.
     extra = (capacity - 1.0) * layer.fwd_expert_flops if layer.num_experts else 0.0
