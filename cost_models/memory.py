@@ -5,6 +5,12 @@ weights + 2 B gradients + 12 B fp32 optimizer state (master weights, momentum, v
 16 B per parameter; the 12 B part is what ZeRO-1 shards over data parallelism. Pure fp32
 training: 4 B weights + 4 B gradients + 8 B Adam moments = 16 B, 8 B shardable.
 
+fp32 parameters under autocast (hetplan's runtime, `Framework.fp32_params`; planner/runtime/
+engine.py, zero.py, fsdp.py): 4 B weights + 4 B gradients + 8 B Adam moments, plus a 4 B fp32
+master copy only of a ZeRO slice (12 B shardable, 20 B in all at ZeRO-1's f = 1; 16 B at
+ZeRO-0, where the parameters are the masters); a 16-bit plan's autocast region adds one
+2 B copy of each GEMM weight; FSDP2 gathers 16-bit weights (2 B; 4 B in an fp32 plan).
+
 Activations per transformer block and micro-batch of b sequences (Korthikanti et al.,
 "Reducing Activation Recomputation in Large Transformer Models", MLSys 2023, Table 2, 16-bit):
 s·b·h·(34 + 5·a·s/h) bytes with no parallelism; with TP t and no sequence parallelism the
@@ -20,8 +26,11 @@ __all__ = [
     "GIB",
     "GRAD_REDUCE_BYTES",
     "activation_bytes_per_gpu",
+    "autocast_copy_bytes_per_param",
     "dp_sync_bytes_per_param",
+    "gathered_bytes_per_param",
     "inflight_microbatches",
+    "master_bytes_per_param",
     "optimizer_bytes_per_param",
     "state_bytes_per_param",
 ]
@@ -62,14 +71,42 @@ def dp_sync_bytes_per_param(dtype_bytes: int, zero: int, microbatches: int = 1) 
     return (GRAD_REDUCE_BYTES + dtype_bytes) / 2 if zero else GRAD_REDUCE_BYTES
 
 
-def state_bytes_per_param(precision: str) -> float:
-    """Weights + gradients + Adam state per parameter, before ZeRO sharding."""
-    return 16.0
+def state_bytes_per_param(precision: str, fp32_params: bool = False) -> float:
+    """Weights + gradients + Adam state per parameter as a ZeRO-1 slice holds it, before
+    sharding. `fp32_params`: fp32 weights and gradients (4 + 4 B) beside the slice's fp32
+    master and moments (12 B)."""
+    return 20.0 if fp32_params else 16.0
 
 
-def optimizer_bytes_per_param(precision: str) -> float:
+def optimizer_bytes_per_param(precision: str, fp32_params: bool = False) -> float:
     """The part of `state_bytes_per_param` that ZeRO-1 shards over DP."""
+    if fp32_params:
+        return 12.0  # the slice's fp32 master copy + Adam's two moments
     return 8.0 if precision == "fp32" else 12.0
+
+
+def master_bytes_per_param(precision: str, fp32_params: bool = False) -> float:
+    """The part of `optimizer_bytes_per_param` that is a master copy kept only of a ZeRO
+    slice: 4 B under `fp32_params` (planner/runtime/zero.py `ShardedOptimizer` clones its
+    slice; at ZeRO-0 and under FSDP2 the fp32 parameters are the masters); 0 where the master
+    is part of the state at every stage (Megatron's 12 B) or there is none (fp32 training)."""
+    return 4.0 if fp32_params else 0.0
+
+
+def autocast_copy_bytes_per_param(precision: str, fp32_params: bool = False) -> float:
+    """Bytes per GEMM weight of the 16-bit copy an autocast region's cast cache keeps through
+    the step (fp32 parameters in a 16-bit plan: 2; planner/runtime/engine.py runs the step in
+    one region); 0 for fp32 plans and for stacks whose weights are 16-bit already."""
+    return 2.0 if fp32_params and precision != "fp32" else 0.0
+
+
+def gathered_bytes_per_param(precision: str, fp32_params: bool = False) -> float:
+    """Bytes per parameter of the whole weights (and gradients) FSDP2 gathers over fp32
+    shards: its `MixedPrecisionPolicy(param_dtype=)`, 2 in a 16-bit plan, 4 in an fp32 one
+    (planner/runtime/fsdp.py); 0 without `fp32_params` (the weights' own bytes are gathered)."""
+    if not fp32_params:
+        return 0.0
+    return 4.0 if precision == "fp32" else 2.0
 
 
 def activation_bytes_per_gpu(saved_bytes: float, replicated_bytes: float, tp: int,

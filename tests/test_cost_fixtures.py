@@ -22,7 +22,7 @@ def gpt_graph(h: int = 1024, layers: int = 4, heads: int = 16, seq: int = 1024,
         bwd_act_flops=0.0, bwd_weight_flops=0.0, fwd_matmul_flops=0.0,
         fwd_memory_bytes=4.0 * s * h, activation_bytes=0.0, activation_bytes_selective=0.0,
         activation_bytes_full=0.0, output_bytes=2.0 * s * h, tp_allreduce_bytes=2.0 * s * h,
-        tp_allreduces_fwd=1, max_tp=64, matmul_dim=h)]
+        tp_allreduces_fwd=1, max_tp=64, matmul_dim=h, gemm_params=0)]
     for i in range(layers):
         out.append(Layer(
             index=i + 1, name=f"layers.{i}", kind="block", params=12 * h * h + 13 * h,
@@ -31,7 +31,8 @@ def gpt_graph(h: int = 1024, layers: int = 4, heads: int = 16, seq: int = 1024,
             activation_bytes=s * h * (34 + 5 * heads * s / h),
             activation_bytes_selective=34.0 * s * h,
             activation_bytes_full=2.0 * s * h, output_bytes=2.0 * s * h,
-            tp_allreduce_bytes=2.0 * s * h, tp_allreduces_fwd=2, max_tp=heads, matmul_dim=h))
+            tp_allreduce_bytes=2.0 * s * h, tp_allreduces_fwd=2, max_tp=heads, matmul_dim=h,
+            gemm_params=gpt_block_gemm_params(h)))
     head_fwd = 2.0 * s * h * vocab
     out.append(Layer(
         index=layers + 1, name="head", kind="head", params=2 * h, fwd_flops=head_fwd,
@@ -39,8 +40,14 @@ def gpt_graph(h: int = 1024, layers: int = 4, heads: int = 16, seq: int = 1024,
         fwd_memory_bytes=8.0 * s * vocab, activation_bytes=4.0 * s * vocab + 2.0 * s * h,
         activation_bytes_selective=4.0 * s * vocab + 2.0 * s * h,
         activation_bytes_full=2.0 * s * h, output_bytes=0.0, tp_allreduce_bytes=0.0,
-        tp_allreduces_fwd=0, max_tp=64, matmul_dim=h))
+        tp_allreduces_fwd=0, max_tp=64, matmul_dim=h, gemm_params=0))
     return LayerGraph(name=name, seq_len=s, dtype_bytes=2, layers=tuple(out))
+
+
+def gpt_block_gemm_params(h: int) -> int:
+    """A GPT block's GEMM operands: the 12·h² weights of its q/k/v, output and MLP
+    projections and the 9·h biases their `addmm`s add (GPT-2; not the two LayerNorms' 4·h)."""
+    return 12 * h * h + 9 * h
 
 
 def gpu(name: str = "TEST-GPU", memory_gib: float = 80.0, tflops: float = 300.0,

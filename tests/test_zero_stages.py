@@ -52,11 +52,18 @@ def test_estimate_zero3_needs_less_memory_than_zero1_and_zero1_alias(
     # --zero1 beside --zero N is stage max(N, 1), as a plan file's two fields read.
     assert _peak(capsys, "--zero1", "--zero", "0") == (z1, t1)
     assert _peak(capsys, "--zero1", "--zero", "3")[0] == z3
-    # 70.55 B parameters: ZeRO-1 keeps 4 B/param of weights and gradients whole, ZeRO-3 a
-    # 64th, but holds its largest layer (the 128,256 × 8,192 embedding or head) gathered
-    # twice over (running and prefetched), with gradients; activations are the same.
-    gathered = 2 * 128_256 * 8_192 * 4
-    assert z1 - z3 == pytest.approx((4 * 70.55e9 * 63 / 64 - gathered) / 2**30, rel=0.01)
+    # 70.55 B parameters under hetplan's runtime (fp32 parameters, autocast): ZeRO-1 keeps
+    # fp32 weights and gradients whole (4 + 4 B/param), a 64th of the slice's fp32 master and
+    # Adam moments (12 B) and the autocast copy of every GEMM weight (2 B; all but the
+    # 128,256 × 8,192 embedding table and the norms). ZeRO-3 (FSDP2) keeps a 64th of fp32
+    # weights, gradients and moments (4 + 4 + 8 B, no master), but holds its largest layer
+    # (the 128,256 × 8,192 head) gathered in 16 bits twice over (running and prefetched),
+    # with 16-bit gradients; activations are the same.
+    params, table = 70.55e9, 128_256 * 8_192
+    gathered = 2 * table * (2 + 2)
+    z1_state = 8 * params + 12 * params / 64 + 2 * (params - table)
+    z3_state = 16 * params / 64 + gathered
+    assert z1 - z3 == pytest.approx((z1_state - z3_state) / 2**30, rel=0.01)
 
 
 def test_bad_zero_flags_are_one_line(capsys: pytest.CaptureFixture[str]) -> None:

@@ -291,8 +291,7 @@ def _priced(layout: _Layout, plan: Plan, overlap_dp: bool, framework: Framework)
         for d in devs:
             worst_sync = max(worst_sync, exposed[d.index])
             worst_opt = max(worst_opt, opt[d.index])
-            gathered = (_largest_layer_params(graph, plan, d, framework) * 2
-                        if zd[d.index] >= 3 and shard > 1 else 0.0)
+            gathered = _gathered_params(graph, plan, d, framework, zd[d.index], shard)
             merged = layout.merged[p][d.index]
             key = (id(merged), d.index, d.tp, d.ep, d.cp, len(devs), tl.max_inflight[d.index],
                    pipe.microbatches, shard, zd[d.index], gathered, keep)
@@ -322,6 +321,17 @@ def _simulate(chunks: tuple[StageTiming, ...], microbatches: int, schedule: str,
     repeated pipelines, share one."""
     return simulate(chunks, microbatches, schedule, v, dp_sync_s=sync, optimizer_s=opt,
                     detail=False)
+
+
+def _gathered_params(graph: LayerGraph, plan: Plan, d: _Device, framework: Framework,
+                     zero: int, shard: int) -> float:
+    """Parameters per GPU held whole at once beyond the shards (`stage_memory`): ZeRO-3 the
+    largest layer running and the next prefetched; FSDP2 at ZeRO-2 under fp32 parameters
+    (hetplan's runtime, whose every weight stays gathered through the step) one layer's
+    gradient, whole before its reduce-scatter."""
+    if shard <= 1 or zero < 2 or (zero == 2 and not framework.fp32_params):
+        return 0.0
+    return _largest_layer_params(graph, plan, d, framework) * (2 if zero >= 3 else 1)
 
 
 def _largest_layer_params(graph: LayerGraph, plan: Plan, d: _Device,

@@ -113,7 +113,10 @@ def _merged(costs: tuple[StageCost, ...]) -> StageCost:
         expert_optimizer_bytes_per_gpu=sum(c.expert_optimizer_bytes_per_gpu for c in costs),
         context_activation_bytes_per_microbatch=sum(
             c.context_activation_bytes_per_microbatch for c in costs),
-        context_transient_bytes=worst.context_transient_bytes)
+        context_transient_bytes=worst.context_transient_bytes,
+        master_bytes_per_gpu=sum(c.master_bytes_per_gpu for c in costs),
+        autocast_bytes_per_gpu=sum(c.autocast_bytes_per_gpu for c in costs),
+        gathered_bytes_per_param=costs[0].gathered_bytes_per_param)  # one framework and dtype
 
 
 _ROW_FIELDS = tuple(f.name for f in fields(StageEstimate))

@@ -211,6 +211,20 @@ class Framework:
     add stay fp32 while the GEMMs run in 16 bits; 0: the graph's activation dtype (16-bit
     weights and activations: Megatron, torchtitan's FSDP2 `param_dtype=bfloat16`). Priced
     where the norms' saved inputs are (`layer_cost`), not in the framework-agnostic graph."""
+    fp32_params: bool = True
+    """Model state as hetplan's runtime holds it (`stage_memory`): fp32 parameters and
+    gradients (4 + 4 B), the forward under `torch.autocast` (planner/runtime/engine.py
+    `Runner(autocast=)`: "weights, gradients, optimizer stay fp32"). Adam's moments are 8 B; an
+    fp32 master copy (4 B) exists only of a ZeRO slice (planner/runtime/zero.py
+    `ShardedOptimizer` clones its slice; at ZeRO-0 the parameters are the masters). A 16-bit
+    plan's autocast region keeps one 16-bit copy of every GEMM operand weight through the step
+    (its cast cache; `Layer.gemm_params`), 2 B each, not per micro-batch. Elements under FSDP2
+    (planner/runtime/fsdp.py, ZeRO-2/3 where shards are even) keep fp32 shards (4 + 4 + 8 B ×
+    the shard) and gather 16-bit weights (`MixedPrecisionPolicy(param_dtype)`): ZeRO-3 the
+    running and prefetched layers' weights and gradients, ZeRO-2 every weight of the stage
+    through the step and one layer's gradients; no autocast copies. False: Megatron's mixed
+    precision, 2 B 16-bit weights + 2 B gradients + 12 B fp32 master and moments (Rajbhandari
+    et al. 2020, §3.1; Megatron, DeepSpeed, torchtitan's FSDP2 as priced here)."""
     fp8: str = field(default="", compare=False)
     """How the stack runs fp8 when the plan's precision is fp8 (documentation only: the
     GEMMs then run at the fp8 peak, `cost_models.compute.matmul_dtype`); empty: no fp8 path."""
@@ -254,11 +268,12 @@ DEFAULT_FRAMEWORK = Framework()
 
 MEGATRON_STYLE: dict = {"sp_gathers_before_head": False, "sp_head_input_replicated": False,
                         "sp_edge_gathers": False, "moe_tp_allreduce_per_expert": False,
-                        "residual_stream_bytes": 0, "p2p_scatter_gather": True}
+                        "residual_stream_bytes": 0, "p2p_scatter_gather": True,
+                        "fp32_params": False}
 """Where every stack but hetplan's runtime differs from `Framework()`'s defaults in the same
-way: 16-bit weights and residual stream, Megatron's sequence-parallel head and edges, the dense
-block's TP collectives in MoE blocks, 1/tp of the boundary per p2p rank (each field's own
-docstring cites the stacks)."""
+way: 16-bit weights (Megatron's 2 + 2 + 12 B state) and residual stream, Megatron's
+sequence-parallel head and edges, the dense block's TP collectives in MoE blocks, 1/tp of the
+boundary per p2p rank (each field's own docstring cites the stacks)."""
 
 MEGATRON_EAGER = Framework(**MEGATRON_STYLE, attention_kernel="", max_zero=1,
                            name="megatron-eager-softmax",
@@ -329,7 +344,11 @@ HETPLAN_RUNTIME = Framework(
              "each stage's SP blocks, so the final norm and the LM head run whole "
              "(sp_gathers_before_head, sp_head_input_replicated, sp_edge_gathers)",
              "planner/runtime/stage.py: a TP-split MoE block all-reduces expert by expert "
-             "(moe_tp_allreduce_per_expert)"))
+             "(moe_tp_allreduce_per_expert)",
+             "planner/runtime/engine.py Runner(autocast=): fp32 parameters, gradients and "
+             "optimizer, one autocast region per step whose cast cache keeps a 16-bit copy "
+             "of each GEMM weight; runtime/zero.py ShardedOptimizer: fp32 master of its "
+             "slice only; runtime/fsdp.py: FSDP2 with 16-bit param_dtype (fp32_params)"))
 """hetplan's own runtime (what `hetplan launch` runs): the defaults of `Framework`."""
 
 MEGATRON_CORE = Framework(**MEGATRON_STYLE,

@@ -13,11 +13,14 @@ class StageMemory:
     """What one GPU of a stage holds at its peak, GiB; the parts add up to the peak."""
 
     weights_gib: float
-    """Parameters in the training dtype (after ZeRO-3 sharding, plus the layers it gathers)."""
+    """Parameters (after ZeRO-3 sharding, plus the layers it gathers): in the training dtype,
+    or fp32 under hetplan's runtime plus its 16-bit copies (a 16-bit plan's autocast copy of
+    each GEMM weight; under FSDP2 the gathered 16-bit weights); `stage_memory`."""
     gradients_gib: float
-    """Their gradients (after ZeRO-2 sharding)."""
+    """Their gradients (after ZeRO-2 sharding, plus the gathered layers' under FSDP2)."""
     optimizer_gib: float
-    """fp32 master weights and Adam moments (after ZeRO-1 sharding)."""
+    """fp32 master weights and Adam moments (after ZeRO-1 sharding); hetplan's runtime keeps
+    a master copy only of a ZeRO slice (none at ZeRO-0 or under FSDP2)."""
     activations_gib: float
     """Saved activations of the micro-batches in flight at the peak."""
     other_gib: float

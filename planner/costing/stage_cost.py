@@ -14,16 +14,23 @@ from itertools import accumulate
 from cost_models.comm import Link, allgather_s
 from cost_models.compute import adam_step_s
 from cost_models.gpu import GpuSpec
-from cost_models.memory import optimizer_bytes_per_param, state_bytes_per_param
+from cost_models.memory import (
+    autocast_copy_bytes_per_param,
+    gathered_bytes_per_param,
+    master_bytes_per_param,
+    optimizer_bytes_per_param,
+    state_bytes_per_param,
+)
 from cost_models.moe import DEFAULT_CAPACITY_FACTOR
 from cost_models.profiles import ProfileSet, default_profiles
 from planner.costing.framework import DEFAULT_FRAMEWORK, Framework
 from planner.costing.layer_cost import kv_bytes_per_sequence, layer_costs, tp_split
 from planner.costing.links import link_of_kind
+from planner.costing.vocab_cost import vocab_params
 from planner.graph.layers import Layer, LayerGraph
 
-__all__ = ["LayerCostTable", "StageCost", "kv_bytes_per_sequence", "layer_cost_table",
-           "stage_cost", "tp_split"]
+__all__ = ["LayerCostTable", "StageCost", "gemm_params_per_gpu", "kv_bytes_per_sequence",
+           "layer_cost_table", "stage_cost", "tp_split"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,7 +45,8 @@ class StageCost:
     """The weight-gradient part of `bwd_s` (zero-bubble style accounting)."""
     params_per_gpu: int
     static_bytes_per_gpu: float
-    """Weights + gradients + optimizer state on one GPU, before ZeRO-1 sharding."""
+    """Weights + gradients + optimizer state on one GPU as a ZeRO-1 slice holds them, before
+    sharding (`cost_models.memory.state_bytes_per_param`)."""
     optimizer_bytes_per_gpu: float
     """The part of `static_bytes_per_gpu` that ZeRO-1 shards over DP."""
     activation_bytes_per_microbatch: float
@@ -63,6 +71,15 @@ class StageCost:
     context_transient_bytes: float = 0.0
     """The part of `recompute_transient_bytes` that is the gathered K/V's gradients, the
     all-reduce's copy (and under full recompute the re-gathered K/V)."""
+    master_bytes_per_gpu: float = 0.0
+    """The part of `optimizer_bytes_per_gpu` that is a master copy kept only of a ZeRO slice
+    (`Framework.fp32_params`: absent at ZeRO-0 and under FSDP2; `stage_memory`)."""
+    autocast_bytes_per_gpu: float = 0.0
+    """The 16-bit copies of the stage's GEMM weights an autocast region keeps through the step
+    (`Framework.fp32_params` in a 16-bit plan; none on elements under FSDP2)."""
+    gathered_bytes_per_param: float = 0.0
+    """Bytes per parameter of the weights FSDP2 gathers over fp32 shards
+    (`cost_models.memory.gathered_bytes_per_param`); 0: the framework's own weight bytes."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +117,14 @@ class LayerCostTable:
     sequence split into the head."""
     blocks: tuple[float, ...] = ()
     """Prefix counts of the transformer blocks, for `sp_edge_s` (empty: not needed)."""
+    gemm_params: tuple[float, ...] = (0.0,)
+    """Prefix sums of GEMM weight parameters per GPU (`gemm_params_per_gpu`)."""
+    master_bytes_per_param: float = 0.0
+    """The part of `optimizer_bytes_per_param` a ZeRO slice's master copy is."""
+    autocast_bytes_per_param: float = 0.0
+    """Bytes of the autocast copy per GEMM weight (0: none)."""
+    gathered_bytes_per_param: float = 0.0
+    """`StageCost.gathered_bytes_per_param`."""
 
     def sp_edges_s(self, start: int, end: int) -> float:
         """Seconds of the SP edge all-gathers layers [start, end) run in each pass: one if
@@ -146,6 +171,10 @@ class LayerCostTable:
             context_activation_bytes_per_microbatch=ctx_act,
             context_transient_bytes=(self.context_transient_bytes[worst]
                                      if self.context_transient_bytes else 0.0),
+            master_bytes_per_gpu=params * self.master_bytes_per_param,
+            autocast_bytes_per_gpu=((self.gemm_params[end] - self.gemm_params[start])
+                                    * self.autocast_bytes_per_param),
+            gathered_bytes_per_param=self.gathered_bytes_per_param,
         )
 
 
@@ -183,6 +212,23 @@ def _ties(graph: LayerGraph, gpu: GpuSpec, tp: int,
             per_gpu = layer.tied_params / (tp if tp_split(layer, fw, tp) else 1)
             out.append((i, layer.tied_to, per_gpu, adam_step_s(per_gpu, gpu)))
     return tuple(out)
+
+
+def gemm_params_per_gpu(layer: Layer, tp: int, ep: int = 1,
+                        fw: Framework = DEFAULT_FRAMEWORK) -> float:
+    """GEMM weight parameters of `layer` on one GPU (`Layer.gemm_params`): split over TP like
+    the layer (the weights a vocab split leaves whole, a position table and the final norm,
+    are not GEMM weights), routed experts over ep. A tied head counts the table it uses."""
+    gemm = layer.gemm_params
+    if gemm is None:  # a graph written before the field: see Layer.gemm_params
+        if layer.kind == "embedding":
+            gemm = 0
+        elif layer.kind == "head":
+            gemm = vocab_params(layer) + layer.tied_params
+        else:
+            gemm = layer.params
+    ts = tp if tp_split(layer, fw, tp) else 1
+    return (gemm - layer.expert_params * (1 - 1 / ep)) / ts
 
 
 def layer_cost_table(graph: LayerGraph, gpu: GpuSpec, tp: int, micro_batch: int,
@@ -235,14 +281,20 @@ def layer_cost_table(graph: LayerGraph, gpu: GpuSpec, tp: int, micro_batch: int,
         params=prefix(cols[3]), activation_bytes=prefix(cols[4]), update_s=prefix(cols[5]),
         transient_bytes=tuple(cols[6]),
         output_bytes=tuple(micro_batch / cp * layer.output_bytes for layer in graph.layers),
-        state_bytes_per_param=state_bytes_per_param(precision),
-        optimizer_bytes_per_param=optimizer_bytes_per_param(precision),
+        state_bytes_per_param=state_bytes_per_param(precision, framework.fp32_params),
+        optimizer_bytes_per_param=optimizer_bytes_per_param(precision, framework.fp32_params),
         recompute_s=prefix(cols[7]),
         ties=_ties(graph, gpu, tp, framework),
         expert_params=prefix(cols[8]) if any(cols[8]) else (),
         context_activation_bytes=prefix(cols[9]) if any(cols[9]) else (),
         context_transient_bytes=tuple(cols[10]) if any(cols[10]) else (),
         sp_edge_s=edge, blocks=prefix(tuple(blocks)) if edge else (),
+        gemm_params=prefix(tuple(gemm_params_per_gpu(layer, tp, ep, framework)
+                                 for layer in graph.layers)),
+        master_bytes_per_param=master_bytes_per_param(precision, framework.fp32_params),
+        autocast_bytes_per_param=autocast_copy_bytes_per_param(precision,
+                                                               framework.fp32_params),
+        gathered_bytes_per_param=gathered_bytes_per_param(precision, framework.fp32_params),
     )
     if len(_CACHE) >= _CACHE_MAX:
         _CACHE.clear()

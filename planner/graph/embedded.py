@@ -92,8 +92,10 @@ def _layer(d: Any, index: int, n: int, where: str) -> Layer:
     if layer.index != index:
         raise SpecError(where, "index", f"{layer.index}; layers must be numbered 0..{n - 1}")
     for name in ("params", "max_tp", "tp_allreduces_fwd", "matmul_dim", "vocab_size",
-                 "tied_params", "tied_to"):
+                 "tied_params", "tied_to", "gemm_params"):
         value = getattr(layer, name)
+        if name == "gemm_params" and value is None:  # graphs written before the field
+            continue
         low = -1 if name == "tied_to" else (1 if name == "max_tp" else 0)
         if not isinstance(value, int) or isinstance(value, bool) or value < low:
             raise SpecError(where, name, f"expected an integer >= {low}, got {value!r:.40}")

@@ -130,6 +130,7 @@ def layer_graph_from_stats(
             tied_params=st.shared_params if st.shared_with >= 0 else 0,
             tied_to=first_element.get(st.shared_with, -1) if st.shared_params else -1,
             vocab_size=vocab_size if i in (0, last) else 0,
+            gemm_params=st.gemm_params,
         ))
     return LayerGraph(name=name, seq_len=seq_len, dtype_bytes=element_bytes,
                       layers=tuple(layers), op_graph=_op_graph(stats, plan))

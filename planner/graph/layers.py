@@ -81,6 +81,13 @@ class Layer:
     vocab_size: int = 0
     """Embedding: rows of its token table; head: its logits' width; 0 elsewhere or unknown.
     hetplan's runtime splits them over TP only when the degree divides it (no padding)."""
+    gemm_params: int | None = None
+    """Parameters the layer's GEMMs take as an operand, its own and a tied weight it uses
+    (`tied_params`): the 2-D weights of the attention / MLP / expert projections and the LM
+    head, not norms nor an embedding table only looked up. Under `torch.autocast` each is cast
+    to 16 bits once per autocast region (`planner.costing.stage_cost`). Measured with the rest
+    (`planner.graph.measure`); None (graphs written before the field): all of a block's
+    parameters, the head's vocabulary table and tied weight, none of the embedding's."""
 
     def allows_tp(self, tp: int) -> bool:
         """Whether a tensor-parallel degree `tp` splits this layer evenly."""
@@ -123,6 +130,7 @@ class Layer:
             "tied_params": self.tied_params,
             "tied_to": self.tied_to,
             "vocab_size": self.vocab_size,
+            **({"gemm_params": self.gemm_params} if self.gemm_params is not None else {}),
             **({"num_experts": self.num_experts, "experts_per_token": self.experts_per_token,
                 "expert_params": self.expert_params, "fwd_expert_flops": self.fwd_expert_flops,
                 "a2a_bytes": self.a2a_bytes} if self.num_experts else {}),

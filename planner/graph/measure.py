@@ -80,6 +80,10 @@ class RegionStats:
     """Parameters this region uses that are counted in an earlier region (a tied weight)."""
     shared_with: int = -1
     """The region that counts them (-1: none)."""
+    gemm_params: int = 0
+    """Parameters this region uses as a GEMM operand (its own or shared): the weights an
+    autocast region casts to 16 bits (linear / matmul weights; not norms, not an embedding
+    table it only looks rows up in)."""
     ops: list[dict[str, Any]] = field(default_factory=list)
     """Forward ops in order: {op, flops, bytes, kind, inputs: [(region, op_index, bytes)]}."""
     output_op: int | None = None
@@ -104,6 +108,7 @@ class Recorder:
         self._param_keys = {_key(p): p for p in params}
         self._param_region: dict[int, int] = {}
         self._param_users: dict[int, set[int]] = {}
+        self._gemm_users: dict[int, set[int]] = {}  # parameter -> regions using it in a GEMM
         self._saved: set[int] = set()
         self._producer: dict[int, tuple[int, int]] = {}
         self._keep: list[torch.Tensor] = []
@@ -188,6 +193,10 @@ class Recorder:
                 self._param_users.setdefault(pkey, set()).add(self.region)
         if flops:
             kind = "attention" if self.core_depth else "matmul"
+            if kind == "matmul":  # its parameter operands (a weight's transpose shares storage)
+                for t in ins:
+                    if _key(t) in self._param_keys:
+                        self._gemm_users.setdefault(_key(t), set()).add(self.region)
         elif func.is_view or name in _METADATA_OPS:
             kind = "view"
         else:
@@ -224,6 +233,8 @@ class Recorder:
             key = _key(p)
             region = self._param_region.get(key, 0)
             self.stats[region].params += p.numel()
+            for user in self._gemm_users.get(key, ()):
+                self.stats[user].gemm_params += p.numel()
             for other in sorted(self._param_users.get(key, ())):
                 if other != region:
                     self.stats[other].shared_params += p.numel()

@@ -20,7 +20,11 @@ from typing import Any
 
 import numpy as np
 
-from cost_models.memory import optimizer_bytes_per_param, state_bytes_per_param
+from cost_models.memory import (
+    master_bytes_per_param,
+    optimizer_bytes_per_param,
+    state_bytes_per_param,
+)
 from cost_models.profiles import ProfileSet
 from planner.cluster.model import Cluster
 from planner.costing.estimate import sharding_estimator
@@ -105,8 +109,9 @@ class Search:
         self.shapes = self.pruned = self.programs = 0
         self.exact = True
         self.incumbent = math.inf
-        self.state_bytes = state_bytes_per_param(precision)
-        self.opt_bytes = optimizer_bytes_per_param(precision)
+        self.state_bytes = state_bytes_per_param(precision, framework.fp32_params)
+        self.opt_bytes = optimizer_bytes_per_param(precision, framework.fp32_params)
+        self.master_bytes = master_bytes_per_param(precision, framework.fp32_params)
         self.memo: dict[tuple, list[PipelineClass]] = {}
         self.experts = sum(layer.expert_params for layer in graph.layers)
         self.fits: dict[tuple, tuple] = {}

@@ -57,6 +57,8 @@ def shapes_for(search: Search, b: int, schedule: str) -> list[tuple]:
             if not cps:
                 continue
             need = state - search.graph.params * search.opt_bytes * (1 - 1 / d)
+            if d == 1:  # ZeRO-0: no slice master copy (hetplan's runtime)
+                need -= search.graph.params * search.master_bytes
             ep = max(e for e in ep_degrees(search.graph) if d % e == 0)
             need -= search.experts * search.state_bytes * (1 - 1 / ep)
             if sum(budgets.values()) * cap < need:

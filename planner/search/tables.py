@@ -45,8 +45,9 @@ class OptionCosts:
     """(3, n+1, n+1): forward + backward per micro-batch for each recompute mode; +inf where
     j <= i or the TP degree exceeds a layer's `max_tp`."""
     fixed_gib: np.ndarray
-    """(3, n+1, n+1): weights, gradients, unsharded non-optimizer state, recompute transient and
-    framework overhead (everything but activations and the ZeRO-shardable optimizer state)."""
+    """(3, n+1, n+1): weights, gradients, unsharded non-optimizer state (an autocast region's
+    16-bit weight copies included), recompute transient and framework overhead (everything
+    but activations and the ZeRO-shardable optimizer state)."""
     optimizer_gib: np.ndarray
     """(n+1, n+1): optimizer state ZeRO-1 can shard."""
     act_gib: np.ndarray
@@ -67,6 +68,9 @@ class OptionCosts:
     cp: int = 1
     """Context parallelism over the class's replicas: blocks of cp consecutive pipelines
     share their samples, each with 1/cp of every sequence (times and memory are per GPU)."""
+    master_gib: np.ndarray | float = 0.0
+    """(n+1, n+1): the part of `optimizer_gib` that is a ZeRO slice's master copy, absent
+    from a plan of one pipeline (ZeRO-0; `StageCost.master_bytes_per_gpu`)."""
 
     def memory_gib(self, rc: int, inflight: float, zero_dp: int) -> np.ndarray:
         """Peak memory per GPU of every stage (same formula as `stage_peak_memory_gib`)."""
@@ -75,7 +79,10 @@ class OptionCosts:
 
     def sharded_optimizer_gib(self, zero_dp: int) -> np.ndarray:
         """Optimizer state per GPU under ZeRO-1 over `zero_dp` pipelines: routed experts'
-        over the expert-data-parallel group zero_dp / ep."""
+        over the expert-data-parallel group zero_dp / ep. One pipeline is ZeRO-0 (the
+        search's plans: `assemble`), which keeps no slice master copy."""
+        if zero_dp <= 1:
+            return self.optimizer_gib - self.master_gib
         dense = (self.optimizer_gib - self.expert_optimizer_gib) / max(zero_dp, 1)
         return dense + self.expert_optimizer_gib / max(zero_dp // self.ep, 1)
 
@@ -208,7 +215,8 @@ def option_costs(graph: LayerGraph, cluster: Cluster, group_index: int, tp: int,
             t = t + 2 * table.sp_edge_s * (_ranges(table.blocks) > 0)
         times.append(np.where(valid, t, np.inf))
         params = _ranges(table.params) + _tie_copies(table, n)[0]
-        state = params * (table.state_bytes_per_param - table.optimizer_bytes_per_param)
+        state = (params * (table.state_bytes_per_param - table.optimizer_bytes_per_param)
+                 + _ranges(table.gemm_params) * table.autocast_bytes_per_param)
         transient = _range_max(np.asarray(table.transient_bytes, dtype=float))
         fixed.append((state + transient) / GIB + FRAMEWORK_OVERHEAD_GIB)
         acts.append(_ranges(table.activation_bytes) / GIB)
@@ -230,6 +238,7 @@ def option_costs(graph: LayerGraph, cluster: Cluster, group_index: int, tp: int,
         ep=ep, cp=cp,
         time_s=np.stack(times), fixed_gib=np.stack(fixed),
         optimizer_gib=params * table.optimizer_bytes_per_param / GIB,
+        master_gib=params * table.master_bytes_per_param / GIB,
         expert_optimizer_gib=(_ranges(table.expert_params) * table.optimizer_bytes_per_param
                               / GIB if table.expert_params else 0.0),
         act_gib=np.stack(acts), update_s=_ranges(table.update_s) + copy_update,
