@@ -81,12 +81,16 @@ def test_search_picks_the_fastest_zero_stage_on_a_small_instance() -> None:
 
 
 def _hetero_plan(fractions: tuple[float, float] | None) -> Plan:
-    # Two pipelines on two GPU types: an 80 GB A100 and a 16 GB V100, same layers.
+    # Two pipelines on two GPU types: an 80 GB A100 and a 16 GB V100, same layers. GPT-Neo
+    # 2.7B cut to 8 of its 32 blocks (0.96 B parameters): hetplan's runtime keeps fp32
+    # weights and gradients and each GEMM weight's autocast copy whole (10 B/param), which at
+    # 32 blocks leaves the V100 no room for any share of the sharded state.
     spec = load_model_spec("gpt-neo-2.7b").model_dump(mode="json")
+    spec["num_layers"] = 8
     pipes: list[dict[str, Any]] = [
-        {"microbatches": 3, "stages": [{"layers": [0, 34], "gpu": "A100-SXM4-80GB", "tp": 1,
+        {"microbatches": 3, "stages": [{"layers": [0, 10], "gpu": "A100-SXM4-80GB", "tp": 1,
                                         "ranks": [0], "recompute": "full"}]},
-        {"microbatches": 1, "stages": [{"layers": [0, 34], "gpu": "V100-SXM2-16GB", "tp": 1,
+        {"microbatches": 1, "stages": [{"layers": [0, 10], "gpu": "V100-SXM2-16GB", "tp": 1,
                                         "ranks": [1], "recompute": "full"}]}]
     if fractions is not None:
         for p, f in zip(pipes, fractions, strict=True):
@@ -143,8 +147,8 @@ def test_zero2_and_3_are_offered_only_where_they_run_as_priced() -> None:
     assert [p.zero_stage for p in sharding_variants(same)] == [1, 0, 2, 3]
     data = same.to_dict()
     v100 = data["pipelines"][1]["stages"][0]
-    data["pipelines"][1]["stages"] = [{**v100, "layers": [0, 17], "ranks": [1]},
-                                      {**v100, "layers": [17, 34], "ranks": [2]}]
+    data["pipelines"][1]["stages"] = [{**v100, "layers": [0, 5], "ranks": [1]},
+                                      {**v100, "layers": [5, 10], "ranks": [2]}]
     data["ranks"].append({"rank": 2, "node": "v", "local_rank": 1})
     data["cluster"]["nodes"][1]["gpus_per_node"] = 2
     hetero = Plan.from_dict(data)

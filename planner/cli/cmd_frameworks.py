@@ -45,6 +45,11 @@ def framework_record(name: str) -> dict[str, Any]:
         "context_parallel": ("K/V ring overlapped with attention" if fw.cp_ring_overlap
                              else "K/V all-gather before attention, not overlapped"),
         "max_zero_with_pipelines": fw.max_zero,
+        "model_state": (
+            "fp32 weights and gradients (4 + 4 B), Adam moments 8 B, fp32 master of a ZeRO "
+            "slice 4 B; 16-bit plans: one autocast 16-bit copy per GEMM weight (2 B); FSDP2: "
+            "fp32 shards, gathered 16-bit weights" if fw.fp32_params else
+            "16-bit weights and gradients (2 + 2 B), fp32 master and Adam moments 12 B"),
         "fp8": fw.fp8 or "not used",
         "sources": list(fw.sources),
     }
@@ -87,6 +92,7 @@ def frameworks(
             f"bytes: {r['residual_stream_bytes']}")
         console.print(f"  context parallelism: {r['context_parallel']}; ZeRO alongside "
                       f"pipeline parallelism: up to stage {r['max_zero_with_pipelines']}")
+        console.print(f"  model state: {r['model_state']}")
         on = ", ".join(r["attention_kernel_priced_on"]) or "none (GEMM rate)"
         console.print(f"  attention kernel: {r['attention_kernel']}; its own published rate "
                       f"priced on: {on}")
