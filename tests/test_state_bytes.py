@@ -13,7 +13,7 @@ import pytest
 
 from cost_models.memory import GIB
 from cost_models.profiles import ProfileSet
-from planner.costing.framework import MEGATRON_CORE, Framework
+from planner.costing.framework import HETPLAN_RUNTIME, MEGATRON_CORE, Framework
 from planner.costing.stage_cost import stage_cost
 from planner.costing.stage_memory import shardable_gib, stage_memory
 from planner.graph.extract import extract
@@ -28,7 +28,7 @@ DP = 4
 
 
 def _parts(precision: str, zero: int, dp: int, gathered: float = 0.0,
-           framework: Framework = Framework()) -> tuple[float, float, float]:
+           framework: Framework = HETPLAN_RUNTIME) -> tuple[float, float, float]:
     graph = gpt_graph(h=H, layers=4)
     cost = stage_cost(graph, 1, 3, gpu(), 1, 1, "none", precision=precision,
                       profiles=ProfileSet(), framework=framework)
