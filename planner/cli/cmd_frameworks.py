@@ -45,6 +45,7 @@ def framework_record(name: str) -> dict[str, Any]:
         "context_parallel": ("K/V ring overlapped with attention" if fw.cp_ring_overlap
                              else "K/V all-gather before attention, not overlapped"),
         "max_zero_with_pipelines": fw.max_zero,
+        "zero3_with_pipelines_holds_whole_stage": fw.fsdp_whole_stage_under_pp,
         "model_state": (
             "fp32 weights and gradients (4 + 4 B), Adam moments 8 B, fp32 master of a ZeRO "
             "slice 4 B; 16-bit plans: one autocast 16-bit copy per GEMM weight (2 B); FSDP2: "
@@ -92,7 +93,9 @@ def frameworks(
             f"bytes: {r['residual_stream_bytes']}")
         console.print(f"  context parallelism: {r['context_parallel']}; ZeRO alongside "
                       f"pipeline parallelism: up to stage {r['max_zero_with_pipelines']}")
-        console.print(f"  model state: {r['model_state']}")
+        console.print(f"  model state: {r['model_state']}; ZeRO-3 with pipelines holds the "
+                      f"whole stage gathered: "
+                      f"{_yes(r['zero3_with_pipelines_holds_whole_stage'])}")
         on = ", ".join(r["attention_kernel_priced_on"]) or "none (GEMM rate)"
         console.print(f"  attention kernel: {r['attention_kernel']}; its own published rate "
                       f"priced on: {on}")

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from cost_models.memory import inflight_microbatches
+from cost_models.memory import GRAD_REDUCE_BYTES, inflight_microbatches
 from cost_models.moe import DEFAULT_CAPACITY_FACTOR
 from cost_models.profiles import ProfileSet
 from planner.api_checks import check_capacity_factor, check_profiles, framework_arg
@@ -291,8 +291,12 @@ def _priced(layout: _Layout, plan: Plan, overlap_dp: bool, framework: Framework)
         for d in devs:
             worst_sync = max(worst_sync, exposed[d.index])
             worst_opt = max(worst_opt, opt[d.index])
-            gathered = _gathered_params(graph, plan, d, framework, zd[d.index], shard)
             merged = layout.merged[p][d.index]
+            gathered = _gathered_params(graph, plan, d, framework, zd[d.index], shard)
+            whole_stage = (zd[d.index] >= 3 and shard > 1 and len(devs) > 1
+                           and framework.fsdp_whole_stage_under_pp)
+            if whole_stage:  # every weight gathered, every gradient accumulated in fp32
+                gathered = float(merged.params_per_gpu)
             key = (id(merged), d.index, d.tp, d.ep, d.cp, len(devs), tl.max_inflight[d.index],
                    pipe.microbatches, shard, zd[d.index], gathered, keep)
             row = rows.get(key)
@@ -300,7 +304,8 @@ def _priced(layout: _Layout, plan: Plan, overlap_dp: bool, framework: Framework)
                 stage_rows.append(_renumbered(row, p))
                 continue
             row, problem = _stage_row(plan, d, merged, tl.max_inflight[d.index], len(devs),
-                                      shard, zd[d.index], gathered, keep)
+                                      shard, zd[d.index], gathered, keep,
+                                      GRAD_REDUCE_BYTES if whole_stage else None)
             rows[key] = row
             stage_rows.append(row)
             if problem:
@@ -347,12 +352,14 @@ def _largest_layer_params(graph: LayerGraph, plan: Plan, d: _Device,
 
 def _stage_row(plan: Plan, d: _Device, merged: StageCost, max_inflight: int, s_count: int,
                shard: int, zero: int = 1, gathered: float = 0.0,
-               keep: float | None = None) -> tuple[StageEstimate, str | None]:
+               keep: float | None = None,
+               gathered_grad_bytes: float | None = None) -> tuple[StageEstimate, str | None]:
     v = plan.virtual_stages
     pipe = plan.pipelines[d.pipeline]
     inflight = (max_inflight / v if max_inflight else
                 inflight_microbatches(plan.schedule, s_count, d.index, pipe.microbatches, v))
-    memory = stage_memory(merged, inflight, shard, zero, gathered, ep=d.ep, fraction=keep)
+    memory = stage_memory(merged, inflight, shard, zero, gathered, ep=d.ep, fraction=keep,
+                          gathered_grad_bytes=gathered_grad_bytes)
     peak = memory.total_gib
     sharded = shardable_gib(merged, zero, d.ep) if shard > 1 else 0.0
     gpu = d.node.group.gpu

@@ -225,6 +225,19 @@ class Framework:
     through the step and one layer's gradients; no autocast copies. False: Megatron's mixed
     precision, 2 B 16-bit weights + 2 B gradients + 12 B fp32 master and moments (Rajbhandari
     et al. 2020, §3.1; Megatron, DeepSpeed, torchtitan's FSDP2 as priced here)."""
+    fsdp_whole_stage_under_pp: bool = False
+    """ZeRO-3 (FSDP2) alongside pipeline parallelism keeps the whole stage's weights gathered
+    (16-bit `param_dtype`) and its whole gradients accumulated in fp32 through the step,
+    instead of one running and one prefetched layer's: torchtitan's `apply_fsdp`
+    ("default" policy: `reshard_after_forward = not pp_enabled`,
+    torchtitan/models/llama3/infra/parallelize.py) and torch's pipeline stage
+    (torch/distributed/pipelining/stage.py `backward_maybe_with_nosync`: every micro-batch's
+    backward runs with `set_reshard_after_backward(False)` and
+    `set_requires_gradient_sync(False)`, so FSDP2 keeps the unsharded weights and upcasts
+    the unsharded gradients to `reduce_dtype` fp32, `FSDPParam.to_accumulated_grad_if_needed`,
+    until the last backward reduce-scatters them). False: hetplan's runtime
+    (planner/runtime/fsdp.py reshards after each forward at ZeRO-3), Megatron and DeepSpeed
+    (ZeRO-1 at most alongside pipelines)."""
     fp8: str = field(default="", compare=False)
     """How the stack runs fp8 when the plan's precision is fp8 (documentation only: the
     GEMMs then run at the fp8 peak, `cost_models.compute.matmul_dtype`); empty: no fp8 path."""
@@ -383,6 +396,7 @@ always runs hetplan's runtime."""
 TORCHTITAN = Framework(**{**MEGATRON_STYLE, "sp_head_input_replicated": True},
     sac_policy="torchtitan-op",
     cp_ring_overlap=True, zero_beyond_fsdp_runs_as_zero1=False,
+    fsdp_whole_stage_under_pp=True,
     name="torchtitan", host_dispatch_overlapped=True, dp_overlap=True,
     fp8="torchao Float8Linear (dynamic scaling) on the block linears; needs torch.compile",
     sources=(
@@ -396,7 +410,10 @@ TORCHTITAN = Framework(**{**MEGATRON_STYLE, "sp_head_input_replicated": True},
         "default) saves mm / SDPA outputs except every second mm (sac_policy 'torchtitan-op')",
         "eager modules without torch.compile (no fused elementwise kernels); async TP only "
         "with compile (enable_async_tensor_parallel), not assumed",
-        "asynchronous CUDA launches: no per-kernel synchronisation"))
+        "asynchronous CUDA launches: no per-kernel synchronisation",
+        "parallelize.py apply_fsdp: reshard_after_forward = not pp_enabled; torch "
+        "pipelining stage.py backward_maybe_with_nosync: no reshard, no gradient sync until "
+        "the last backward (fsdp_whole_stage_under_pp)"))
 """PyTorch torchtitan (FSDP2 + TP + PP), bf16 eager. `selective` recompute is its default
 per-op checkpointing (`selective_ac_option = 'op'`); its `selective layer` option is the same
 record with `sac_policy="torchtitan-layer"`."""

@@ -40,9 +40,13 @@ def on_fsdp2(cost: StageCost, zero1_dp: int, zero: int) -> bool:
 
 def stage_memory(cost: StageCost, inflight_microbatches: float, zero1_dp: int = 1,
                  zero: int = 1, gathered_params: float = 0.0, ep: int = 1,
-                 fraction: float | None = None) -> StageMemory:
+                 fraction: float | None = None,
+                 gathered_grad_bytes: float | None = None) -> StageMemory:
     """What one GPU of the stage holds at its peak, by part (arguments as in
-    `stage_peak_memory_gib`, which is their sum)."""
+    `stage_peak_memory_gib`, which is their sum). `gathered_grad_bytes`: bytes per parameter
+    of the gathered layers' whole gradients where they differ from their weights' (a stack
+    that accumulates them in fp32 across micro-batches, `Framework.fsdp_whole_stage_under_pp`);
+    None: the weights' bytes."""
     keep = fraction if fraction is not None and zero1_dp > 1 else 1 / max(zero1_dp, 1)
     shed = 1 - keep
     fsdp = on_fsdp2(cost, zero1_dp, zero)
@@ -70,7 +74,8 @@ def stage_memory(cost: StageCost, inflight_microbatches: float, zero1_dp: int = 
         weights -= half_shed
     if zero >= 3:
         weights += gathered_params * gathered  # the gathered layers' weights and gradients
-        grads += gathered_params * gathered
+        grads += gathered_params * (gathered if gathered_grad_bytes is None
+                                    else gathered_grad_bytes)
     elif fsdp:  # ZeRO-2 on FSDP2: resharded only after the step's last backward
         weights += cost.params_per_gpu * gathered
         grads += gathered_params * gathered

@@ -40,6 +40,7 @@ DGX_H100_NIC_GBPS = 3200.0
 
 LLM_FOUNDRY = dataclasses.replace(
     TORCHTITAN, name="llm-foundry", attention_kernel="triton-fa1",
+    fsdp_whole_stage_under_pp=False,  # Composer FSDP, no pipeline schedule
     fp8="TransformerEngine te.Linear fp8 (precision amp_fp8); not counted",
     sources=(
         "llm-foundry MPT attention: attn_impl triton (scripts/train/benchmarking/"
