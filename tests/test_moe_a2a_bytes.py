@@ -1,0 +1,164 @@
+"""The expert-parallel all-to-all bytes `estimate` prices against what hetplan's runtime sends:
+tiny-moe's first MoE block built by `planner.models`, its experts split over an ep-group of 2
+by the real `ExpertParallel` / `drop_remote_experts` and over TP by the real `apply_tp` (with
+and without sequence parallelism), run forward and backward on gloo in tp·ep spawned workers;
+every `all_to_all_single` of rows is counted. Each TP rank holds the whole sequence, so each
+dispatches all s·k routed copies: priced per TP rank before as s·k·h/tp (Megatron's
+dispatcher), which hetplan's runtime does not run."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+
+import planner
+from cost_models.catalog import get_gpu
+from cost_models.comm import alltoall_s
+from cost_models.profiles import ProfileSet
+from planner.costing.framework import HETPLAN_RUNTIME, MEGATRON_CORE
+from planner.costing.layer_cost import layer_costs
+from planner.costing.moe_a2a import moe_a2a_bytes
+from planner.graph.load_spec import load_model_spec
+from planner.runtime.local import init_world, run_local
+from tests.test_moe_tp_collectives import _FREE, _LINK
+
+_EP = 2
+
+
+def _worker(rank: int, world: int, store_dir: str, element: int, tp: int,
+            sp: bool) -> tuple[list[int], list[int]]:
+    import torch.distributed as dist
+
+    from planner.models import build_element
+    from planner.runtime.experts import ExpertParallel, drop_remote_experts
+    from planner.runtime.stage import apply_tp
+
+    torch.set_num_threads(1)
+    init_world(store_dir, "a2a", rank, world)
+    ep = world // tp
+    pipe, t = divmod(rank, tp)  # TP groups are consecutive ranks, ep-groups one per TP index
+    tp_groups = [dist.new_group([q * tp + i for i in range(tp)]) for q in range(ep)]
+    ep_groups = [dist.new_group([q * tp + i for q in range(ep)]) for i in range(tp)]
+    spec = load_model_spec("tiny-moe")
+    torch.manual_seed(0)
+    block = build_element(spec, element, device="cpu")
+    block.mlp.dispatch = ExpertParallel(ep_groups[t], ep)
+    drop_remote_experts(block.mlp, block.mlp.dispatch.index, ep)
+    if tp > 1:  # the engine's order: experts dropped, then the block split over TP
+        from torch.distributed.device_mesh import DeviceMesh
+
+        assert apply_tp(block, DeviceMesh.from_group(tp_groups[pipe], "cpu"), "block", sp) == sp
+    rows: list[int] = []  # bytes of the row buffer each all-to-all sends from this rank
+    real = dist.all_to_all_single
+
+    def counted(out: torch.Tensor, inp: torch.Tensor, *args: Any, **kw: Any) -> Any:
+        if inp.dim() == 2:  # not the 1-D exchange of per-expert counts
+            rows.append(inp.numel() * inp.element_size())
+        return real(out, inp, *args, **kw)
+
+    dist.all_to_all_single = counted
+    x = torch.randn(1, spec.seq_len, spec.hidden_size,
+                    generator=torch.Generator().manual_seed(pipe))  # one sequence per replica
+    if sp:
+        x = x.chunk(tp, dim=1)[t].contiguous()  # SP: this TP rank's sequence slice
+    y = block(x.requires_grad_())
+    fwd = list(rows)
+    rows.clear()
+    y.pow(2).sum().backward()
+    return fwd, list(rows)
+
+
+@pytest.fixture(scope="module")
+def graph():
+    return planner.load_model("tiny-moe").graph
+
+
+def _a2a_priced_s(layer, graph, tp: int, sp: bool, fw) -> float:
+    """The forward all-to-all seconds `layer_costs` prices at ep 2, capacity factor 1 (the
+    balanced load the counted dispatch buffers are): on _LINK less on a near-free link."""
+    def fwd(link) -> float:
+        return layer_costs(layer, graph, get_gpu("A100-SXM4-80GB"), tp, 1, "none", "fp32", sp,
+                           _LINK, ProfileSet(), fw, moe=(_EP, link, 1.0))[0]
+
+    return fwd(_LINK) - fwd(_FREE)
+
+
+@pytest.mark.parametrize(("tp", "sp"), [(1, False), (2, False), (2, True)])
+def test_all_to_all_bytes_priced_are_those_the_runtime_sends(graph, tp: int, sp: bool) -> None:
+    # Before: tiny-moe fp32 at tp 2, ep 2 sends 16,384 B per all-to-all per rank (SP or not)
+    # and was priced 8,192 B (10,240 B at the default capacity factor 1.25); at tp 1 both
+    # 16,384 B. At 50 GB/s, 7 µs the forward's two: 14.33 µs counted, 14.16 µs priced.
+    index = next(i for i, layer in enumerate(graph.layers) if layer.num_experts)
+    layer = graph.layers[index]
+    results = run_local(_worker, tp * _EP, index, tp, sp)
+    spec = load_model_spec("tiny-moe")
+    routed = spec.seq_len * spec.num_experts_per_tok * spec.hidden_size * graph.dtype_bytes
+    priced = moe_a2a_bytes(layer, 1, tp, _EP, 1.0, HETPLAN_RUNTIME)
+    assert priced == routed  # independent: s·k·h of fp32 from the spec
+    for fwd, bwd in results:
+        assert len(fwd) == len(bwd) == 2  # dispatch and combine, each mirrored backward
+        # A rank's dispatch sends all its routed copies, however the router spread them; the
+        # backward's mirrored combine sends their gradients.
+        assert fwd[0] == bwd[0] == priced
+    # What a rank gets back (and sends in the combine) follows the routing; over an ep-group
+    # it is what the group dispatched.
+    for t in range(tp):
+        group = results[t::tp]
+        assert sum(f[1] for f, _ in group) == sum(b[1] for _, b in group) == _EP * priced
+    expected = 2 * (alltoall_s(priced, _EP, _LINK) - alltoall_s(priced, _EP, _FREE))
+    assert _a2a_priced_s(layer, graph, tp, sp, HETPLAN_RUNTIME) == pytest.approx(expected,
+                                                                                 rel=1e-9)
+
+
+def test_megatron_dispatches_a_tp_slice(graph) -> None:
+    # Megatron-Core's alltoall dispatcher sends each TP rank's S/TP tokens (token_dispatcher.py).
+    layer = next(layer for layer in graph.layers if layer.num_experts)
+    for tp in (1, 2, 4):
+        ours = moe_a2a_bytes(layer, 3, tp, 4, 1.25, HETPLAN_RUNTIME)
+        assert ours == 3 * layer.a2a_bytes * 1.25
+        assert moe_a2a_bytes(layer, 3, tp, 4, 1.25, MEGATRON_CORE) == ours / tp
+        assert moe_a2a_bytes(layer, 3, tp, 1, 1.25, HETPLAN_RUNTIME) == 0.0  # ep 1: none
+
+
+@pytest.mark.parametrize("tp", [1, 2])
+def test_capacity_factor_prices_the_busiest_gpus_gemms_and_all_to_all_closed_form(
+        graph, monkeypatch: pytest.MonkeyPatch, tp: int) -> None:
+    # The capacity factor c is the busiest GPU's routed load over the balanced one
+    # (cost_models/moe.py): at ep > 1 its expert GEMMs run (c-1)·fwd_expert_flops more per
+    # sequence, split over TP, forward, dgrad and wgrad alike, and its all-to-all buffers are
+    # c × s·k·h. At ep 1 (dropless, all experts on every GPU) it changes nothing. Before, ep 1
+    # was charged the extra GEMMs too (c 1.25: +25 % of the routed experts' FLOPs).
+    import planner.costing.layer_cost as lc
+
+    layer = next(layer for layer in graph.layers if layer.num_experts)
+    works: list[Any] = []
+    real = lc.layer_compute_s
+
+    def spy(work: Any, *args: Any) -> Any:
+        works.append(work)
+        return real(work, *args)
+
+    monkeypatch.setattr(lc, "layer_compute_s", spy)
+    mb = 3
+
+    def cost(ep: int, cf: float, link) -> tuple[float, ...]:
+        return layer_costs(layer, graph, get_gpu("A100-SXM4-80GB"), tp, mb, "none", "fp32",
+                           False, _LINK, ProfileSet(), HETPLAN_RUNTIME, moe=(ep, link, cf))
+
+    for ep, link in ((1, None), (2, _FREE)):
+        even, skew = cost(ep, 1.0, link), cost(ep, 1.25, link)
+        w_even, w_skew = works[-2:]
+        extra = (0.25 if ep > 1 else 0.0) * mb * layer.fwd_expert_flops / tp
+        for name in ("fwd_matmul_flops", "bwd_act_matmul_flops", "bwd_weight_matmul_flops"):
+            assert getattr(w_skew, name) - getattr(w_even, name) == pytest.approx(
+                extra, rel=1e-12, abs=1e-6), (ep, name)
+        if ep == 1:
+            assert skew[:2] == even[:2]
+    # The all-to-all at c: on _LINK less the same on a near-free link, forward's two.
+    for cf in (1.0, 1.25):
+        nbytes = cf * mb * layer.a2a_bytes  # every TP rank sends all its copies
+        expected = 2 * (alltoall_s(nbytes, _EP, _LINK) - alltoall_s(nbytes, _EP, _FREE))
+        assert cost(_EP, cf, _LINK)[0] - cost(_EP, cf, _FREE)[0] == pytest.approx(
+            expected, rel=1e-9)
