@@ -19,7 +19,7 @@ from cost_models.comm import alltoall_s
 from cost_models.profiles import ProfileSet
 from planner.costing.framework import HETPLAN_RUNTIME, MEGATRON_CORE
 from planner.costing.layer_cost import layer_costs
-from planner.costing.moe_a2a import moe_a2a_bytes
+from planner.costing.moe_a2a import moe_a2a_bytes, routed_load_factor
 from planner.graph.load_spec import load_model_spec
 from planner.runtime.local import init_world, run_local
 from tests.test_moe_tp_collectives import _FREE, _LINK
@@ -116,20 +116,40 @@ def test_megatron_dispatches_a_tp_slice(graph) -> None:
     # Megatron-Core's alltoall dispatcher sends each TP rank's S/TP tokens (token_dispatcher.py).
     layer = next(layer for layer in graph.layers if layer.num_experts)
     for tp in (1, 2, 4):
-        ours = moe_a2a_bytes(layer, 3, tp, 4, 1.25, HETPLAN_RUNTIME)
-        assert ours == 3 * layer.a2a_bytes * 1.25
+        ours = moe_a2a_bytes(layer, 3, tp, 4, 1.25, HETPLAN_RUNTIME)  # ep 4 = E: c
+        assert ours == pytest.approx(3 * layer.a2a_bytes * 1.25, rel=1e-12)
         assert moe_a2a_bytes(layer, 3, tp, 4, 1.25, MEGATRON_CORE) == ours / tp
         assert moe_a2a_bytes(layer, 3, tp, 1, 1.25, HETPLAN_RUNTIME) == 0.0  # ep 1: none
+
+
+def _busiest_gpu_load(experts: int, ep: int, capacity: float) -> float:
+    """Brute force: expert 0 at `capacity` × the mean, the rest sharing the remainder evenly,
+    experts dealt to GPUs in blocks of E/ep (runtime/experts.py); the busiest GPU's rows over
+    its balanced share."""
+    loads = [capacity] + [(experts - capacity) / (experts - 1)] * (experts - 1)
+    per = experts // ep
+    return max(sum(loads[g * per:(g + 1) * per]) / per for g in range(ep))
+
+
+def test_the_busiest_gpus_load_is_the_busiest_experts_spread_over_its_experts() -> None:
+    for experts, cf in ((4, 1.25), (8, 1.25), (8, 2.0), (64, 1.5)):
+        assert routed_load_factor(1, cf, experts) == 1.0  # dropless ep 1: no imbalance
+        assert routed_load_factor(experts, cf, experts) == pytest.approx(cf, rel=1e-12)
+        ep = 2
+        while ep <= experts:
+            assert routed_load_factor(ep, cf, experts) == pytest.approx(
+                _busiest_gpu_load(experts, ep, cf), rel=1e-12), (experts, ep)
+            ep *= 2
 
 
 @pytest.mark.parametrize("tp", [1, 2])
 def test_capacity_factor_prices_the_busiest_gpus_gemms_and_all_to_all_closed_form(
         graph, monkeypatch: pytest.MonkeyPatch, tp: int) -> None:
-    # The capacity factor c is the busiest GPU's routed load over the balanced one
-    # (cost_models/moe.py): at ep > 1 its expert GEMMs run (c-1)·fwd_expert_flops more per
-    # sequence, split over TP, forward, dgrad and wgrad alike, and its all-to-all buffers are
-    # c × s·k·h. At ep 1 (dropless, all experts on every GPU) it changes nothing. Before, ep 1
-    # was charged the extra GEMMs too (c 1.25: +25 % of the routed experts' FLOPs).
+    # The busiest GPU's routed load (above) × the balanced one: at ep > 1 its expert GEMMs run
+    # (load-1)·fwd_expert_flops more per sequence, split over TP, forward, dgrad and wgrad
+    # alike, and its all-to-all buffers are load × s·k·h. At ep 1 (dropless, all experts on
+    # every GPU) nothing changes. Before, every ep was charged the busiest expert's full
+    # capacity factor (c 1.25: +25 % of the routed experts' FLOPs, ep 1 included).
     import planner.costing.layer_cost as lc
 
     layer = next(layer for layer in graph.layers if layer.num_experts)
@@ -141,24 +161,26 @@ def test_capacity_factor_prices_the_busiest_gpus_gemms_and_all_to_all_closed_for
         return real(work, *args)
 
     monkeypatch.setattr(lc, "layer_compute_s", spy)
-    mb = 3
+    mb, cf = 3, 1.25
 
-    def cost(ep: int, cf: float, link) -> tuple[float, ...]:
+    def cost(ep: int, c: float, link) -> tuple[float, ...]:
         return layer_costs(layer, graph, get_gpu("A100-SXM4-80GB"), tp, mb, "none", "fp32",
-                           False, _LINK, ProfileSet(), HETPLAN_RUNTIME, moe=(ep, link, cf))
+                           False, _LINK, ProfileSet(), HETPLAN_RUNTIME, moe=(ep, link, c))
 
-    for ep, link in ((1, None), (2, _FREE)):
-        even, skew = cost(ep, 1.0, link), cost(ep, 1.25, link)
+    for ep, link in ((1, None), (2, _FREE), (4, _FREE)):
+        even, skew = cost(ep, 1.0, link), cost(ep, cf, link)
         w_even, w_skew = works[-2:]
-        extra = (0.25 if ep > 1 else 0.0) * mb * layer.fwd_expert_flops / tp
+        load = _busiest_gpu_load(layer.num_experts, ep, cf)
+        extra = (load - 1.0) * mb * layer.fwd_expert_flops / tp
         for name in ("fwd_matmul_flops", "bwd_act_matmul_flops", "bwd_weight_matmul_flops"):
             assert getattr(w_skew, name) - getattr(w_even, name) == pytest.approx(
                 extra, rel=1e-12, abs=1e-6), (ep, name)
         if ep == 1:
             assert skew[:2] == even[:2]
-    # The all-to-all at c: on _LINK less the same on a near-free link, forward's two.
-    for cf in (1.0, 1.25):
-        nbytes = cf * mb * layer.a2a_bytes  # every TP rank sends all its copies
+    # The all-to-all at the busiest GPU's load: on _LINK less the same on a near-free link,
+    # the forward's two.
+    for c in (1.0, cf):
+        nbytes = _busiest_gpu_load(layer.num_experts, _EP, c) * mb * layer.a2a_bytes
         expected = 2 * (alltoall_s(nbytes, _EP, _LINK) - alltoall_s(nbytes, _EP, _FREE))
-        assert cost(_EP, cf, _LINK)[0] - cost(_EP, cf, _FREE)[0] == pytest.approx(
+        assert cost(_EP, c, _LINK)[0] - cost(_EP, c, _FREE)[0] == pytest.approx(
             expected, rel=1e-9)

@@ -51,7 +51,9 @@ def test_all_to_all_is_priced_on_the_link_closed_form() -> None:
 def test_capacity_factor_charges_the_busiest_expert() -> None:
     # Only across GPUs: at ep 1 every GPU runs all experts on all s·k routed copies, however
     # they are routed (dropless), so the capacity factor changes nothing there (before, it
-    # charged ep 1 the busiest expert's extra GEMMs too); closed forms in test_moe_a2a_bytes.
+    # charged ep 1 the busiest expert's extra GEMMs too); at ep 4 of mixtral's 8 experts the
+    # busiest GPU carries (1.25 + 6.75/7)/2 = 1.107 × its share; closed forms in
+    # test_moe_a2a_bytes.
     link = Link(gb_per_s=100.0, latency_s=1e-5)
     _, even = _stage(4, link, cf=1.0)
     _, skew = _stage(4, link, cf=1.25)

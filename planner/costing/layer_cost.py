@@ -90,8 +90,8 @@ def layer_costs(layer: Layer, graph: LayerGraph, gpu: GpuSpec, tp: int, mb: int,
     params = params_per_gpu(layer, ts, ep)
     # The busiest GPU's extra routed tokens beyond the balanced load (cost_models/moe.py; none
     # at ep 1, moe_a2a.py): its GEMMs forward, and dgrad + wgrad backward.
-    extra = ((routed_load_factor(ep, capacity) - 1.0) * layer.fwd_expert_flops
-             if layer.num_experts else 0.0)
+    load = routed_load_factor(ep, capacity, layer.num_experts)
+    extra = (load - 1.0) * layer.fwd_expert_flops if layer.num_experts else 0.0
     mm_frac = layer.fwd_matmul_flops / layer.fwd_flops if layer.fwd_flops > 0 else 0.0
     mem_share = (1 / t if sp else 0.5 + 0.5 / t) if split else 1.0
     if split and layer.kind in ("embedding", "head"):
@@ -146,8 +146,7 @@ def layer_costs(layer: Layer, graph: LayerGraph, gpu: GpuSpec, tp: int, mb: int,
         # hetplan's runtime all-reduces each expert's rows and each column-parallel input
         # gradient on its own, and under SP all-reduces the expert branch's output where
         # Megatron-SP reduce-scatters (moe_tp_comm.py): priced message by message.
-        comm_fwd, comm_bwd = hetplan_moe_tp_comm_s(layer, b, t, ep, sp, link,
-                                                   routed_load_factor(ep, capacity))
+        comm_fwd, comm_bwd = hetplan_moe_tp_comm_s(layer, b, t, ep, sp, link, load)
     if ep > 1 and layer.num_experts and ep_link is not None:
         # Dispatch and combine all-to-alls, forward and (mirrored) backward, of the routed
         # token copies each TP rank sends (all of them or its 1/tp: moe_a2a.py).

@@ -14,9 +14,12 @@ sends is the framework's (`Framework.moe_dispatch_whole_per_tp_rank`):
   each TP rank dispatches its own sequence slice, s·k·h/tp.
 
 Load imbalance: the capacity factor c is the busiest expert's load over the balanced one
-(cost_models/moe.py). A GPU's experts wait for their busiest receiver, so at ep > 1 the
-all-to-all is priced at c × the balanced bytes (an upper bound for E/ep > 1 experts per GPU:
-all of them at capacity). At ep 1 there is no all-to-all.
+(cost_models/moe.py); the other E-1 experts share the rest evenly. The GPU holding the
+busiest expert (with E/ep-1 others) gets `routed_load_factor` × its balanced share of routed
+rows, and the ep-group waits for it: its expert GEMMs, its received all-to-all bytes and (in
+hetplan's runtime) its experts' TP all-reduces are priced at that factor. It is c at ep = E
+(one expert per GPU) and 1 at ep 1, where every GPU runs all experts on all its tokens
+(dropless, planner/models/moe.py): imbalance moves no work between GPUs there.
 """
 
 from __future__ import annotations
@@ -28,12 +31,15 @@ from planner.graph.layers import Layer
 __all__ = ["moe_a2a_bytes", "moe_a2a_s", "routed_load_factor"]
 
 
-def routed_load_factor(ep: int, capacity: float) -> float:
-    """The busiest GPU's routed token copies over the balanced s·k per sequence: every GPU
-    of a dropless block at ep 1 runs all experts on all s·k copies however they are routed
-    (planner/models/moe.py: nothing dropped, nothing padded), so imbalance changes nothing;
-    at ep > 1 the GPU holding the busiest expert gets up to `capacity` × its share."""
-    return capacity if ep > 1 else 1.0
+def routed_load_factor(ep: int, capacity: float, experts: int) -> float:
+    """The busiest GPU's routed rows over its balanced share (s·k per sequence): it holds the
+    busiest expert, at `capacity` × the mean, and E/ep - 1 others, each at (E - c)/(E - 1) ×
+    the mean (the rest shared evenly): (c + (E/ep - 1)·(E - c)/(E - 1)) / (E/ep)."""
+    per = experts // max(ep, 1)
+    if ep <= 1 or per < 1 or experts < 2:
+        return 1.0
+    others = (experts - capacity) / (experts - 1)
+    return (capacity + (per - 1) * others) / per
 
 
 def moe_a2a_bytes(layer: Layer, mb: float, tp: int, ep: int, capacity: float,
@@ -44,7 +50,7 @@ def moe_a2a_bytes(layer: Layer, mb: float, tp: int, ep: int, capacity: float,
     if ep <= 1 or not layer.num_experts:
         return 0.0
     share = 1.0 if fw.moe_dispatch_whole_per_tp_rank else 1.0 / tp
-    return mb * layer.a2a_bytes * routed_load_factor(ep, capacity) * share
+    return mb * layer.a2a_bytes * routed_load_factor(ep, capacity, layer.num_experts) * share
 
 
 def moe_a2a_s(layer: Layer, mb: float, tp: int, ep: int, capacity: float, fw: Framework,

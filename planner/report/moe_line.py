@@ -18,5 +18,6 @@ def moe_line(plan: Plan, capacity_factor: float, fw: Framework) -> str | None:
               else "1/tp of the routed tokens")
     # At ep 1 every GPU runs all routed tokens, however they are routed: no imbalance.
     return (f"mixture of experts: ep {', '.join(map(str, eps))}; busiest expert at "
-            f"{capacity_factor:g}× the mean load (capacity factor), charged at ep > 1 to expert "
-            f"GEMMs and all-to-alls; each TP rank dispatches {per_tp}")
+            f"{capacity_factor:g}× the mean load (capacity factor), the rest even; at ep > 1 its "
+            f"GPU's expert GEMMs and all-to-alls carry that load; each TP rank dispatches "
+            f"{per_tp}")
