@@ -22,13 +22,13 @@ from planner.costing.layer_cost import layer_costs
 from planner.costing.moe_a2a import moe_a2a_bytes, routed_load_factor
 from planner.graph.load_spec import load_model_spec
 from planner.runtime.local import init_world, run_local
-from tests.test_moe_tp_collectives import _FREE, _LINK
+from tests.test_moe_tp_collectives import _FREE, _LINK, _collectives, _priced
 
 _EP = 2
 
 
 def _worker(rank: int, world: int, store_dir: str, element: int, tp: int,
-            sp: bool) -> tuple[list[int], list[int]]:
+            sp: bool) -> tuple[list[int], list[int], list[Any], list[Any]]:
     import torch.distributed as dist
 
     from planner.models import build_element
@@ -63,11 +63,14 @@ def _worker(rank: int, world: int, store_dir: str, element: int, tp: int,
                     generator=torch.Generator().manual_seed(pipe))  # one sequence per replica
     if sp:
         x = x.chunk(tp, dim=1)[t].contiguous()  # SP: this TP rank's sequence slice
-    y = block(x.requires_grad_())
+    out: dict[str, torch.Tensor] = {}
+    # The TP collectives each pass runs, read from torch's profiler as in
+    # test_moe_tp_collectives.py (there over a fake group at ep 1; here over gloo at ep 2).
+    fwd_tp = _collectives(lambda: out.update(y=block(x.requires_grad_())), tp)
     fwd = list(rows)
     rows.clear()
-    y.pow(2).sum().backward()
-    return fwd, list(rows)
+    bwd_tp = _collectives(lambda: out["y"].pow(2).sum().backward(), tp)
+    return fwd, list(rows), fwd_tp, bwd_tp
 
 
 @pytest.fixture(scope="module")
@@ -97,7 +100,7 @@ def test_all_to_all_bytes_priced_are_those_the_runtime_sends(graph, tp: int, sp:
     routed = spec.seq_len * spec.num_experts_per_tok * spec.hidden_size * graph.dtype_bytes
     priced = moe_a2a_bytes(layer, 1, tp, _EP, 1.0, HETPLAN_RUNTIME)
     assert priced == routed  # independent: s·k·h of fp32 from the spec
-    for fwd, bwd in results:
+    for fwd, bwd, _, _ in results:
         assert len(fwd) == len(bwd) == 2  # dispatch and combine, each mirrored backward
         # A rank's dispatch sends all its routed copies, however the router spread them; the
         # backward's mirrored combine sends their gradients.
@@ -106,10 +109,48 @@ def test_all_to_all_bytes_priced_are_those_the_runtime_sends(graph, tp: int, sp:
     # it is what the group dispatched.
     for t in range(tp):
         group = results[t::tp]
-        assert sum(f[1] for f, _ in group) == sum(b[1] for _, b in group) == _EP * priced
+        assert sum(r[0][1] for r in group) == sum(r[1][1] for r in group) == _EP * priced
     expected = 2 * (alltoall_s(priced, _EP, _LINK) - alltoall_s(priced, _EP, _FREE))
     assert _a2a_priced_s(layer, graph, tp, sp, HETPLAN_RUNTIME) == pytest.approx(expected,
                                                                                  rel=1e-9)
+
+
+@pytest.mark.parametrize("sp", [False, True])
+def test_per_expert_tp_all_reduces_at_ep_2_are_those_priced(graph, sp: bool) -> None:
+    # At ep 2 a TP rank runs its E/ep experts, each once, on the rows it got from the whole
+    # ep-group, and all-reduces each expert's w2 output forward and its w1 and w3 input
+    # gradients backward (moe_tp_comm.py): E/ep messages forward, 2·E/ep backward, s·k·h of
+    # rows per rank on balanced routing; over the ep-group the counted rows are exactly
+    # ep·s·k·h, whatever the routing. At TP 2 a ring all-reduce is linear in bytes, so the
+    # group's counted messages price what the estimate prices ep times.
+    tp = 2
+    index = next(i for i, layer in enumerate(graph.layers) if layer.num_experts)
+    layer = graph.layers[index]
+    results = run_local(_worker, tp * _EP, index, tp, sp)
+    spec = load_model_spec("tiny-moe")
+    whole = spec.seq_len * spec.hidden_size
+    routed = spec.seq_len * spec.num_experts_per_tok * spec.hidden_size
+    local = spec.num_experts // _EP
+
+    def expert_rows(colls: list[Any]) -> list[int]:
+        return [n for k, n in colls if k == "all_reduce" and n != whole]
+
+    for _, _, fwd_tp, bwd_tp in results:
+        assert len(expert_rows(fwd_tp)) == local and len(expert_rows(bwd_tp)) == 2 * local
+    assert sum(sum(expert_rows(r[2])) for r in results) == tp * _EP * routed
+    assert sum(sum(expert_rows(r[3])) for r in results) == 2 * tp * _EP * routed
+
+    def tp_comm(link) -> tuple[float, float]:
+        got = layer_costs(layer, graph, get_gpu("A100-SXM4-80GB"), tp, 1, "none", "fp32", sp,
+                          link, ProfileSet(), HETPLAN_RUNTIME, moe=(_EP, None, 1.0))
+        return got[0], got[1]
+
+    (f, b), (f0, b0) = tp_comm(_LINK), tp_comm(_FREE)
+    group = results[:: tp]  # one TP rank of each replica: each TP group's messages once
+    counted_f = sum(_priced(r[2], graph.dtype_bytes) for r in group)
+    counted_b = sum(_priced(r[3], graph.dtype_bytes) for r in group)
+    assert _EP * (f - f0) == pytest.approx(counted_f, rel=1e-9)
+    assert _EP * (b - b0) == pytest.approx(counted_b, rel=1e-9)
 
 
 def test_megatron_dispatches_a_tp_slice(graph) -> None:
