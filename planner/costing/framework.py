@@ -185,7 +185,8 @@ class Framework:
     the final norm, so the final norm and the LM head run on the whole sequence on every TP
     rank (hetplan's runtime, planner/runtime/seqpar.py). False: the final norm runs
     sequence-parallel, ÷ TP (Megatron's `sequence_parallel` norms; torchtitan's
-    `"norm": SequenceParallel()` in parallelize_llama)."""
+    `"norm": SequenceParallel()` in parallelize_llama), and the LM head all-gathers its
+    input in the forward, reduce-scatters its gradient in the backward (`vocab_cost`)."""
     sp_head_input_replicated: bool = True
     """Under sequence parallelism the LM head's GEMM input is kept whole on every TP rank
     (hetplan's runtime; torchtitan's `"output": ColwiseParallel(input_layouts=Shard(1))`
@@ -197,7 +198,8 @@ class Framework:
     """Under sequence parallelism a stage's blocks hand on the whole sequence: the split
     output is all-gathered at the end of each stage's SP blocks (hetplan's runtime,
     planner/runtime/seqpar.py), priced once per stage and micro-batch (`stage_cost`). False:
-    the boundary stays split (Megatron, torchtitan)."""
+    the boundary stays split (Megatron, torchtitan), and the embedding reduce-scatters its
+    output into the split layout (`planner.costing.vocab_cost.vocab_tp_comm_s`)."""
     moe_tp_allreduce_per_expert: bool = True
     """A TP-split MoE block all-reduces each expert's rows and each column-parallel input
     gradient on its own, and under SP the expert branch's output where Megatron-SP
