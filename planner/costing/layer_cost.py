@@ -202,7 +202,8 @@ def layer_costs(layer: Layer, graph: LayerGraph, gpu: GpuSpec, tp: int, mb: int,
     no_recompute_bwd = bwd
     # The framework's own selective policy, from this block's dimensions (sac_cost.py):
     # (GEMM share re-run, memory-bound share re-run, bytes kept); None: Megatron's.
-    sac = sac_block_costs(layer, graph, fw.sac_policy) if recompute == "selective" else None
+    sac = (sac_block_costs(layer, graph, fw.sac_policy, fw.sac_every)
+           if recompute == "selective" else None)
     gemm_share, mem_share = sac[:2] if sac else (fw.recompute_gemm_fraction,
                                                  fw.recompute_memory_fraction)
     if recompute == "full":
