@@ -39,13 +39,17 @@ def test_expert_weights_divide_by_ep(tp: int) -> None:
 
 
 def test_all_to_all_is_priced_on_the_link_closed_form() -> None:
+    # Against ep 4 on a near-free link, not ep 1: at ep 4 each expert's GEMMs also run on 4×
+    # the rows (test_moe_expert_gemm_rows.py), which ep 1 would add to the difference.
     link = Link(gb_per_s=100.0, latency_s=1e-5)
-    graph, one = _stage(1)
-    _, four = _stage(4, link)
+    free = Link(gb_per_s=1e9, latency_s=0.0)
+    graph, four = _stage(4, link)
+    _, four_free = _stage(4, free)
     nbytes = graph.layers[1].a2a_bytes  # one sequence, bf16, top-2 copies
     a2a = 3 * link.latency_s + 3 / 4 * nbytes / link.bytes_per_s
-    assert four.fwd_s - one.fwd_s == pytest.approx(2 * a2a, rel=1e-9)
-    assert four.bwd_s - one.bwd_s == pytest.approx(2 * a2a, rel=1e-9)
+    a2a_free = 3 / 4 * nbytes / free.bytes_per_s
+    assert four.fwd_s - four_free.fwd_s == pytest.approx(2 * (a2a - a2a_free), rel=1e-9)
+    assert four.bwd_s - four_free.bwd_s == pytest.approx(2 * (a2a - a2a_free), rel=1e-9)
 
 
 def test_capacity_factor_charges_the_busiest_expert() -> None:
