@@ -122,7 +122,8 @@ def layer_costs(layer: Layer, graph: LayerGraph, gpu: GpuSpec, tp: int, mb: int,
         gemm_width=max(width, 1.0),
         gemm_scale=layer_gemm_factors(
             layer, graph.seq_len, gpu, precision, ts, b, share, fw.eager_attention_gemms,
-            attention_scale=attn_scale if precision != "fp8" else (1.0, 1.0), ep=ep),
+            attention_scale=attn_scale if precision != "fp8" else (1.0, 1.0),
+            ep=ep if layer.num_experts else 1),  # one cache entry per dense shape
         kernels_fwd=_KERNELS.get(layer.kind, KERNELS_PER_BLOCK_FWD),
     )
     fwd, bwd_act, bwd_w = layer_compute_s(work, gpu, precision, fw.host_dispatch_overlapped)
