@@ -43,8 +43,11 @@ def _held_worker(rank: int, world: int, store_dir: str, plan_dict: dict) -> tupl
     x, y = synthetic_batch(0, world, spec.seq_len, spec.vocab_size)
     runner.train_step(x, y)  # Adam allocates its moments on the first step
     assert runner.zero is not None
+    # The GEMM operands among them: every 2-D weight but the embedding's (chain element 0)
+    # looked-up table.
+    gemm = sum(p.numel() for (e, _), p in runner.params if p.dim() == 2 and e != 0)
     return (sum(p.numel() for _, p in runner.params), runner.zero.state_bytes(),
-            sorted(n for (_, n), _ in runner.params if ".experts." in n))
+            sorted(n for (_, n), _ in runner.params if ".experts." in n), gemm)
 
 
 def test_an_ep_rank_holds_the_priced_params_and_optimizer_state() -> None:
@@ -57,10 +60,11 @@ def test_an_ep_rank_holds_the_priced_params_and_optimizer_state() -> None:
     total = sum(p.numel() for p in whole.parameters())
     experts = sum(p.numel() for n, p in whole.named_parameters() if ".experts." in n)
     for row in est.stages:
-        numel, state, _ = held[row.pipeline]
-        # bf16 weights: 2 B per held parameter; the priced count is dense + experts / ep.
+        numel, state, _, gemm = held[row.pipeline]
+        # fp32 weights under bf16 autocast: 4 B per held parameter, and the autocast region's
+        # 16-bit copy of each held GEMM weight (2 B); the priced count is dense + experts / ep.
         assert numel == total - experts // 2
-        assert round(row.memory.weights_gib * GIB) == 2 * numel, row
+        assert round(row.memory.weights_gib * GIB) == 4 * numel + 2 * gemm, row
         # fp32 master slice + two moments, 12 B per element of the rank's ZeRO-1 slices: the
         # dense params over DP 4, the local experts over their 2 holders (zero1_dp / ep).
         # (The memory breakdown's figure: the row's flat `optimizer_gib` divides by DP alone.)

@@ -181,20 +181,24 @@ def test_infeasible_explains_with_numbers(gpt3):
 
 
 def test_interleaved_variant_keeps_devices_and_layer_counts():
-    """From a 1F1B plan with 2-stage pipelines: 4 chunks per pipeline, chunk j on the ranks of
-    device j mod 2, each device keeping its layer count; the estimate accepts the structure."""
+    """From a 1F1B plan with S-stage pipelines: 2·S chunks per pipeline, chunk j on the ranks
+    of device j mod S, each device keeping its layer count; the estimate accepts the
+    structure. (The search's best here has S = 4 since hetplan's runtime state is priced at
+    its fp32 weights, gradients and autocast copies; it had S = 2 at 2 + 2 + 12 B.)"""
     from planner.search.interleave import interleaved_variant
 
     model = load_model("gpt-neo-2.7b")
     cluster = _cluster("mix2", MIX)
     base = plan(model, cluster, schedules=("1f1b",)).best
-    assert all(len(p.stages) == 2 and p.microbatches % 2 == 0 for p in base.pipelines)
+    s_count = len(base.pipelines[0].stages)
+    assert s_count >= 2 and all(len(p.stages) == s_count and p.microbatches % s_count == 0
+                                for p in base.pipelines)
     inter = interleaved_variant(base)
     assert inter is not None and inter.schedule == "interleaved" and inter.virtual_stages == 2
     for old, new in zip(base.pipelines, inter.pipelines, strict=True):
-        assert len(new.stages) == 4
+        assert len(new.stages) == 2 * s_count
         for d, dev in enumerate(old.stages):
-            mine = [c for j, c in enumerate(new.stages) if j % 2 == d]
+            mine = [c for j, c in enumerate(new.stages) if j % s_count == d]
             assert all(c.ranks == dev.ranks for c in mine)
             assert sum(c.layers[1] - c.layers[0] for c in mine) == dev.layers[1] - dev.layers[0]
     est = estimate(model, cluster, inter)

@@ -31,7 +31,9 @@ def test_extractor_records_the_tied_embedding_matrix() -> None:
 
 def _tied(layers: int = 2, vocab: int = 51200, h: int = 1024):
     base = gpt_graph(layers=layers, vocab=vocab, h=h)
-    head = dataclasses.replace(base.layers[-1], tied_params=vocab * h, tied_to=0)
+    # The head's GEMM takes the tied table as its weight (Layer.gemm_params counts it).
+    head = dataclasses.replace(base.layers[-1], tied_params=vocab * h, tied_to=0,
+                               gemm_params=vocab * h)
     return dataclasses.replace(base, layers=(*base.layers[:-1], head)), vocab * h
 
 
@@ -45,7 +47,11 @@ def test_the_stage_holding_only_the_head_keeps_a_copy() -> None:
     # A vocabulary the TP degree does not split (unknown here, `vocab_size` 0): the head and
     # its copy are whole on each of the 2 TP ranks, as hetplan's runtime keeps them.
     assert head_only.params_per_gpu == head.params + tied
-    assert head_only.static_bytes_per_gpu == pytest.approx(16 * (head.params + tied))
+    # hetplan's runtime: fp32 weights and gradients (4 + 4 B) and a slice's fp32 master and
+    # moments (12 B) for the head and its copy, and the autocast region's bf16 copy of the
+    # table its GEMM uses (2 B).
+    assert head_only.static_bytes_per_gpu == pytest.approx(20 * (head.params + tied))
+    assert head_only.autocast_bytes_per_gpu == pytest.approx(2 * tied)
     blocks = sum(x.params for x in graph.layers[1:-1]) / 2
     assert whole.params_per_gpu == round(graph.layers[0].params + blocks + head.params)
     split = stage_cost(graph, last - 1, last, g, 2, 1, "none", precision="bf16", profiles=NONE,
@@ -96,15 +102,17 @@ def test_megatron_pairs_then_the_copy_joins_its_stages_dp_ring() -> None:
 
 
 def test_memory_refusal_counts_the_copy() -> None:
-    """GPT-2 medium on two 1 GiB-short GPUs: the last stage's copy (51.5 M params × 16 B =
-    0.77 GiB) is in its peak memory."""
+    """GPT-2 medium on two 1 GiB-short GPUs: the last stage's copy (51.5 M params × 18 B =
+    0.86 GiB: hetplan's runtime at ZeRO-0 keeps fp32 weights, gradients and Adam's moments,
+    4 + 4 + 8 B, and the autocast region's bf16 copy of the table the head's GEMM uses, 2 B)
+    is in its peak memory."""
     graph, tied = _tied(vocab=50257)
     cl = cluster(("a", gpu(), 2, 1, 100.0, None))
     plan = megatron_plan(graph, cl, tp=1, pp=2, dp=1, micro_batch=1, global_batch=2)
     with_copy = estimate(graph, cl, plan, profiles=NONE)
     without = estimate(gpt_graph(layers=2, vocab=50257), cl, plan, profiles=NONE)
     diff = with_copy.stages[-1].peak_memory_gib - without.stages[-1].peak_memory_gib
-    assert diff == pytest.approx(16 * tied / GIB, rel=1e-9)
+    assert diff == pytest.approx((16 + 2) * tied / GIB, rel=1e-9)
     assert with_copy.stages[0].peak_memory_gib == without.stages[0].peak_memory_gib
 
 

@@ -90,7 +90,13 @@ class Framework:
     """Under `selective` recompute: the framework's own per-block checkpointing policy, priced
     from each block's dimensions (`planner.costing.sac_cost`): "torchtitan-op" (what it
     re-runs and what it keeps, `cost_models.sac_activations`), "torchtitan-layer" (every
-    second block fully checkpointed); "": Megatron's (or the recompute fractions above)."""
+    `sac_every`-th block fully checkpointed); "": Megatron's (or the recompute fractions
+    above)."""
+    sac_every: int = 2
+    """With `sac_policy` "torchtitan-layer": torchtitan's `selective_ac_option = "N"`, every
+    N-th transformer block of a rank fully checkpointed, the others keep everything
+    (torchtitan/distributed/activation_checkpoint.py `_apply_layer_sac`: a per-process block
+    counter, checkpointed when `count % N == 0`); `planner.costing.layer_ac`."""
     attention_flops_share: float = 0.5
     """Share of the graph's (non-causal) attention-core FLOPs the attention kernel computes:
     0.5 for causal flash kernels, which skip the masked upper-triangle blocks (hetplan's
@@ -185,7 +191,8 @@ class Framework:
     the final norm, so the final norm and the LM head run on the whole sequence on every TP
     rank (hetplan's runtime, planner/runtime/seqpar.py). False: the final norm runs
     sequence-parallel, ÷ TP (Megatron's `sequence_parallel` norms; torchtitan's
-    `"norm": SequenceParallel()` in parallelize_llama)."""
+    `"norm": SequenceParallel()` in parallelize_llama), and the LM head all-gathers its
+    input in the forward, reduce-scatters its gradient in the backward (`vocab_cost`)."""
     sp_head_input_replicated: bool = True
     """Under sequence parallelism the LM head's GEMM input is kept whole on every TP rank
     (hetplan's runtime; torchtitan's `"output": ColwiseParallel(input_layouts=Shard(1))`
@@ -197,12 +204,20 @@ class Framework:
     """Under sequence parallelism a stage's blocks hand on the whole sequence: the split
     output is all-gathered at the end of each stage's SP blocks (hetplan's runtime,
     planner/runtime/seqpar.py), priced once per stage and micro-batch (`stage_cost`). False:
-    the boundary stays split (Megatron, torchtitan)."""
+    the boundary stays split (Megatron, torchtitan), and the embedding reduce-scatters its
+    output into the split layout (`planner.costing.vocab_cost.vocab_tp_comm_s`)."""
     moe_tp_allreduce_per_expert: bool = True
     """A TP-split MoE block all-reduces each expert's rows and each column-parallel input
     gradient on its own, and under SP the expert branch's output where Megatron-SP
     reduce-scatters (hetplan's runtime, planner/runtime/stage.py; priced message by message
     in `planner.costing.moe_tp_comm`). False: the block's two TP collectives per pass."""
+    moe_dispatch_whole_per_tp_rank: bool = True
+    """Under expert parallelism every TP rank dispatches all of its sequence's routed token
+    copies (hetplan's runtime, planner/runtime/experts.py: each TP rank holds the whole
+    sequence; measured in tests/test_moe_a2a_bytes.py). False: each TP rank dispatches its
+    1/tp sequence slice (Megatron-Core's MoEAlltoAllTokenDispatcher, "permute → A2A(EP) →
+    AG(TP)"; DeepSpeed's MOELayer drops the TP-duplicate tokens before the all-to-all,
+    deepspeed/moe/mappings.py `drop_tokens`; priced in `planner.costing.moe_a2a`)."""
     residual_stream_bytes: int = 4
     """Bytes per element of the residual stream, which the norms take as input and (fused
     RMSNorm / LayerNorm) save for their backward: 4 under hetplan's runtime, which trains
@@ -261,6 +276,8 @@ class Framework:
         if self.sac_policy not in SAC_POLICIES:
             raise ValueError(f"sac_policy must be one of {SAC_POLICIES}, got "
                              f"{self.sac_policy!r}")
+        if self.sac_every < 1:
+            raise ValueError(f"sac_every must be >= 1, got {self.sac_every}")
         if self.sac_policy and self.recompute_gemm_fraction is not None:
             raise ValueError("give the recompute fractions or sac_policy, not both")
         if self.attention_kernel not in ATTENTION_KERNELS:
@@ -281,6 +298,7 @@ DEFAULT_FRAMEWORK = Framework()
 
 MEGATRON_STYLE: dict = {"sp_gathers_before_head": False, "sp_head_input_replicated": False,
                         "sp_edge_gathers": False, "moe_tp_allreduce_per_expert": False,
+                        "moe_dispatch_whole_per_tp_rank": False,
                         "residual_stream_bytes": 0, "p2p_scatter_gather": True,
                         "fp32_params": False}
 """Where every stack but hetplan's runtime differs from `Framework()`'s defaults in the same
@@ -358,6 +376,8 @@ HETPLAN_RUNTIME = Framework(
              "(sp_gathers_before_head, sp_head_input_replicated, sp_edge_gathers)",
              "planner/runtime/stage.py: a TP-split MoE block all-reduces expert by expert "
              "(moe_tp_allreduce_per_expert)",
+             "planner/runtime/experts.py: every TP rank dispatches all its routed token "
+             "copies over the ep-group (moe_dispatch_whole_per_tp_rank)",
              "planner/runtime/engine.py Runner(autocast=): fp32 parameters, gradients and "
              "optimizer, one autocast region per step whose cast cache keeps a 16-bit copy "
              "of each GEMM weight; runtime/zero.py ShardedOptimizer: fp32 master of its "
@@ -415,8 +435,9 @@ TORCHTITAN = Framework(**{**MEGATRON_STYLE, "sp_head_input_replicated": True},
         "pipelining stage.py backward_maybe_with_nosync: no reshard, no gradient sync until "
         "the last backward (fsdp_whole_stage_under_pp)"))
 """PyTorch torchtitan (FSDP2 + TP + PP), bf16 eager. `selective` recompute is its default
-per-op checkpointing (`selective_ac_option = 'op'`); its `selective layer` option is the same
-record with `sac_policy="torchtitan-layer"`."""
+per-op checkpointing (`selective_ac_option = 'op'`); its layer option (`selective_ac_option =
+"N"`, `hetplan estimate --selective-ac N`) is the same record with
+`sac_policy="torchtitan-layer"`, `sac_every=N` (`planner.costing.layer_ac`)."""
 
 DEEPSPEED = Framework(**MEGATRON_STYLE,
     attention_kernel="",

@@ -238,7 +238,7 @@ class Runner:
             self.chunks.append(ChunkModule(elems, frozenset(sp), mesh))
         # FSDP2 after TP and recompute (torchtitan's order); one FSDP module per element.
         self.fsdp_chunks = [shard_elements([chain[e] for e in range(*ch.layers) if e in fsdp],
-                                           dp_mesh, plan.zero_stage)
+                                           dp_mesh, plan.zero_stage, autocast)
                             if dp_mesh is not None else [] for ch in view.chunks]
         self.last_backward = {v: max(i for i, (k, u, _) in enumerate(
             _actions(plan, view.pipeline)[view.group]) if k == "B" and u == v)
@@ -308,6 +308,28 @@ class Runner:
             self.channel.send(("F", c, m), out, dst)
         return x, out
 
+    def _backward(self, v: int, c: int, m: int, last: int, x: torch.Tensor | None,
+                  out: torch.Tensor) -> None:
+        """Backward of local chunk v (global c) on micro-batch m; sends the input gradient."""
+        here = self.view.chunks[v]
+        if c == last:
+            with self._loss_context():
+                torch.autograd.backward(out * self.scaler.scale if self.scaler else out)
+        else:
+            src = backward_peers(here, self._chunk(c + 1), self.rank)[0]
+            torch.autograd.backward(out, self.channel.recv(("B", c + 1, m), src))
+        if x is not None:
+            for dst in backward_peers(self._chunk(c - 1), here, self.rank):
+                self.channel.send(("B", c, m), x.grad, dst)
+
+    def _autocast(self, on: bool) -> contextlib.AbstractContextManager:
+        """The step's autocast region (`on`), or autocast off inside it for a backward."""
+        if self.autocast is None:
+            return contextlib.nullcontext()
+        if on:
+            return torch.autocast(self.device.type, self.autocast)
+        return torch.autocast(self.device.type, enabled=False)
+
     def _loss_context(self) -> contextlib.AbstractContextManager:
         if not self.loss_parallel:
             return contextlib.nullcontext()
@@ -331,31 +353,26 @@ class Runner:
         saved: dict[tuple[int, int], tuple[torch.Tensor | None, torch.Tensor]] = {}
         loss_sum = torch.zeros((), device=self.device)
         self.channel.start_step()
-        for i, (kind, v, m) in enumerate(self.actions):
-            here = view.chunks[v]
-            c = here.index
-            if kind == "B" and self.plan.zero_stage == 2:
-                # ZeRO-2: weights stay gathered until the chunk's last backward of the step.
-                for module in self.fsdp_chunks[v]:
-                    module.set_reshard_after_backward(i == self.last_backward[v])
-            if kind == "F":
-                with (torch.autocast(self.device.type, self.autocast) if self.autocast
-                      else contextlib.nullcontext()):
+        # One autocast region for the whole step: its cast cache keeps ONE 16-bit copy of each
+        # fp32 weight for every micro-batch. A region per forward kept a copy per micro-batch
+        # in flight (each GEMM saves its cast weight for the backward). Backwards run inside
+        # with autocast off; the cache lives until the step's region ends.
+        with self._autocast(True):
+            for i, (kind, v, m) in enumerate(self.actions):
+                here = view.chunks[v]
+                c = here.index
+                if kind == "B" and self.plan.zero_stage == 2:
+                    # ZeRO-2: weights stay gathered until the chunk's last backward of the step.
+                    for module in self.fsdp_chunks[v]:
+                        module.set_reshard_after_backward(i == self.last_backward[v])
+                if kind == "F":
                     x, out = self._forward(v, c, m, ins, labs, last)
-                if c == last:
-                    loss_sum += local_tensor(out.detach())
-                saved[(v, m)] = (x, out)
-                continue
-            x, out = saved.pop((v, m))
-            if c == last:
-                with self._loss_context():
-                    torch.autograd.backward(out * self.scaler.scale if self.scaler else out)
-            else:
-                src = backward_peers(here, self._chunk(c + 1), self.rank)[0]
-                torch.autograd.backward(out, self.channel.recv(("B", c + 1, m), src))
-            if x is not None:
-                for dst in backward_peers(self._chunk(c - 1), here, self.rank):
-                    self.channel.send(("B", c, m), x.grad, dst)
+                    if c == last:
+                        loss_sum += local_tensor(out.detach())
+                    saved[(v, m)] = (x, out)
+                    continue
+                with self._autocast(False):
+                    self._backward(v, c, m, last, *saved.pop((v, m)))
         self.channel.finish_step()
         if not (view.chunks[-1].index == last and view.tp_index == 0):
             loss_sum.zero_()

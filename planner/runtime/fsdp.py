@@ -64,20 +64,56 @@ def fsdp_mesh(reps: tuple[tuple[int, ...], ...], rank: int, to_torch: dict[int, 
                                  mesh_dim_names=("dp", "tp"))
 
 
-def shard_elements(modules: Iterable[torch.nn.Module], mesh: DeviceMesh, zero: int) -> list:
-    """`fully_shard` each module over the mesh's dp dimension; returns the FSDP modules."""
-    from torch.distributed.fsdp import fully_shard
+def shard_elements(modules: Iterable[torch.nn.Module], mesh: DeviceMesh, zero: int,
+                   param_dtype: torch.dtype | None = None) -> list:
+    """`fully_shard` each module over the mesh's dp dimension; returns the FSDP modules, nested
+    ones (a block's norms) first. `param_dtype`: the plan's 16-bit compute dtype, or None
+    (fp32 plans): FSDP2 then gathers the weights of GEMM-bearing modules in it
+    (`MixedPrecisionPolicy`, torchtitan's way) and reduces gradients in fp32. Autocast over
+    gathered fp32 weights would instead keep a 16-bit cast of every gathered weight alive after
+    the reshard (the GEMMs save it for the backward), undoing ZeRO-3's weight sharding. The
+    norms and token tables are sharded on their own, in fp32, and block inputs are not cast,
+    so the residual stream and the norms run in fp32 as on the runtime's other stages."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     dp = mesh["dp"] if mesh.ndim > 1 else mesh
     # FSDP2 warns when a module returns a view (the embedding does) because an in-place op on
     # it would drop the pre-backward hook; the chain never changes an element's output in place.
     warnings.filterwarnings("ignore", message="FSDP2-wrapped module .* returned a view tensor")
+    low = (MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32,
+                                cast_forward_inputs=False)
+           if param_dtype is not None else MixedPrecisionPolicy())
     out = []
-    for m in modules:
-        if not any(True for _ in m.parameters()):
-            continue
-        fully_shard(m, mesh=dp, reshard_after_forward=zero >= 3)
+
+    def shard(m: torch.nn.Module, policy: MixedPrecisionPolicy) -> None:
+        fully_shard(m, mesh=dp, reshard_after_forward=zero >= 3, mp_policy=policy)
         m.set_gradient_divide_factor(1.0)
         m.set_force_sum_reduction_for_comms(True)
         out.append(m)
+
+    for m in modules:
+        if not any(True for _ in m.parameters()):
+            continue
+        if param_dtype is None:
+            shard(m, low)
+            continue
+        if not any(isinstance(sub, torch.nn.Linear) or _has_3d_weight(sub)
+                   for sub in m.modules()):
+            shard(m, MixedPrecisionPolicy())  # a token table: a lookup, no GEMM
+            continue
+        for sub in m.modules():
+            if sub is not m and isinstance(sub, _FP32_MODULES) and any(
+                    True for _ in sub.parameters()):
+                shard(sub, MixedPrecisionPolicy())
+        shard(m, low)
     return out
+
+
+_FP32_MODULES = (torch.nn.LayerNorm, torch.nn.RMSNorm, torch.nn.Embedding)
+"""Modules whose weights stay fp32 under a 16-bit policy: autocast runs them in fp32 on the
+runtime's unsharded stages, so FSDP2 stages keep the same numerics and saved-tensor sizes."""
+
+
+def _has_3d_weight(m: torch.nn.Module) -> bool:
+    """Stacked expert weights (batched GEMMs) held directly by a module."""
+    return any(p.dim() >= 3 for p in m.parameters(recurse=False))
