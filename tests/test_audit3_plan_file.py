@@ -1,0 +1,47 @@
+"""Adversarial plan files (audit 3): a hand-edited field is one `error:` line (exit 2) or a
+right answer, never a traceback or a silently wrong estimate."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from planner.cluster import load_cluster
+from planner.costing import megatron_plan
+from planner.graph import load_model
+from tests.cli import run_cli
+
+
+def _plan_file(tmp_path: Path, model: str, edit: Any = None, **flags: Any) -> Path:
+    """A Megatron-style plan of `model` on dgx-a100 saved as JSON, after `edit(dict)`."""
+    plan = megatron_plan(load_model(model), load_cluster("dgx-a100"), micro_batch=1, **flags)
+    data = plan.to_dict()
+    if edit is not None:
+        edit(data)
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+def _one_error(code: int, err: str, *words: str) -> None:
+    assert code == 2, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error:"), err
+    assert "Traceback" not in err
+    for word in words:
+        assert word in lines[0], err
+
+
+@pytest.mark.parametrize("value", [1.5, float("nan"), float("inf"), "0.25", True])
+def test_shard_fraction_out_of_range_or_not_a_number_is_one_error(tmp_path, capsys,
+                                                                  value) -> None:
+    def edit(d: dict) -> None:
+        for pipe in d["pipelines"]:
+            pipe["shard_fraction"] = value
+
+    path = _plan_file(tmp_path, "tiny-llama", edit, tp=1, pp=1, dp=4, global_batch=4, zero=1)
+    code, _, err = run_cli(["estimate", str(path)], capsys)
+    _one_error(code, err, "shard_fraction")
