@@ -45,3 +45,27 @@ def test_shard_fraction_out_of_range_or_not_a_number_is_one_error(tmp_path, caps
     path = _plan_file(tmp_path, "tiny-llama", edit, tp=1, pp=1, dp=4, global_batch=4, zero=1)
     code, _, err = run_cli(["estimate", str(path)], capsys)
     _one_error(code, err, "shard_fraction")
+
+
+def _set_ep(ep: int) -> Any:
+    def edit(d: dict) -> None:
+        for pipe in d["pipelines"]:
+            for st in pipe["stages"]:
+                st["ep"] = ep
+    return edit
+
+
+def test_ep_that_does_not_divide_the_experts_is_one_error(tmp_path, capsys) -> None:
+    # tiny-moe has 4 experts: --ep 8 is refused on the command line, and so in a plan file
+    # (it was priced as if each GPU held half an expert).
+    path = _plan_file(tmp_path, "tiny-moe", _set_ep(8), tp=1, pp=1, dp=8, global_batch=8, ep=2)
+    code, _, err = run_cli(["estimate", str(path)], capsys)
+    _one_error(code, err, ".ep", "ep 8 does not divide the 4 experts")
+
+
+def test_ep_on_a_dense_model_is_one_error(tmp_path, capsys) -> None:
+    # It was accepted, and priced ZeRO-3 at ZeRO-1's memory ("no expert-parallel stage").
+    path = _plan_file(tmp_path, "tiny-llama", _set_ep(2), tp=1, pp=1, dp=4, global_batch=4,
+                      zero=3)
+    code, _, err = run_cli(["estimate", str(path)], capsys)
+    _one_error(code, err, ".ep", "no routed experts")
