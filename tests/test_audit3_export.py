@@ -1,0 +1,36 @@
+"""`hetplan export` of plans the target cannot run as written (audit 3)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from planner.cluster import load_cluster
+from planner.costing import megatron_plan
+from planner.graph import load_model
+from tests.cli import run_cli
+
+
+@pytest.mark.parametrize("target", ["megatron", "torchtitan"])
+def test_uneven_shard_fractions_are_not_exported_as_even_ones(tmp_path, capsys,
+                                                              target) -> None:
+    # Megatron's distributed optimizer and torchtitan's FSDP shard evenly over DP: the config
+    # was printed as if the plan's 0.4 / 0.2 / 0.2 / 0.2 shards were even, and its predicted
+    # time priced the uneven shards.
+    plan = megatron_plan(load_model("tiny-llama"), load_cluster("dgx-a100"), tp=1, pp=1, dp=4,
+                         micro_batch=1, global_batch=4, zero=1)
+    data = plan.to_dict()
+    for pipe, fraction in zip(data["pipelines"], (0.4, 0.2, 0.2, 0.2), strict=True):
+        pipe["shard_fraction"] = fraction
+    path = tmp_path / "uneven.json"
+    path.write_text(json.dumps(data))
+    code, out, err = run_cli(["export", str(path), "--to", target], capsys)
+    assert code == 2 and out == "", err
+    assert err.startswith("error:") and "uneven ZeRO shards" in err and "0.4" in err
+    assert "Traceback" not in err
+    # The same plan with even shards exports.
+    even = tmp_path / "even.json"
+    plan.save(even)
+    code, out, err = run_cli(["export", str(even), "--to", target], capsys)
+    assert code == 0 and out, err
