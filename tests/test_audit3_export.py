@@ -34,3 +34,18 @@ def test_uneven_shard_fractions_are_not_exported_as_even_ones(tmp_path, capsys,
     plan.save(even)
     code, out, err = run_cli(["export", str(even), "--to", target], capsys)
     assert code == 0 and out, err
+
+
+def test_a_plan_that_breaks_a_rule_is_refused_not_exported(tmp_path, capsys) -> None:
+    # The embedded model says 5 blocks, the stages cover 4: Megatron would have been told
+    # --num-layers 5 for a plan priced on 4, with only a "no prediction" comment, exit 0.
+    plan = megatron_plan(load_model("tiny-llama"), load_cluster("dgx-a100"), tp=1, pp=1, dp=2,
+                         micro_batch=1, global_batch=2)
+    data = plan.to_dict()
+    data["model"]["num_layers"] = 5
+    path = tmp_path / "broken.json"
+    path.write_text(json.dumps(data))
+    code, out, err = run_cli(["export", str(path), "--to", "megatron"], capsys)
+    assert code == 2 and out == "", err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error:") and "layers [0, 6)" in lines[0]

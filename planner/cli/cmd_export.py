@@ -29,7 +29,7 @@ def export(
         "--nearest-out", help="When refused: save the nearest expressible plan here.")] = None,
 ) -> None:
     """Print the plan as Megatron-LM arguments or a torchtitan TOML."""
-    from planner.cli.plan_file import load_plan
+    from planner.cli.plan_file import load_checked
     from planner.export import TARGETS, NotExpressible, export_plan
 
     if to not in TARGETS:
@@ -37,7 +37,9 @@ def export(
     for path, flag in ((out, "-o"), (nearest_out, "--nearest-out")):
         if path is not None:
             check_output(path, flag)
-    plan = load_plan(plan_file)
+    # Checked against its model and cluster like every command that reads a plan: a broken
+    # plan would otherwise be exported with only a "no prediction" comment.
+    plan = load_checked(plan_file).plan
     try:
         text = export_plan(plan, to)
     except NotExpressible as exc:
