@@ -111,3 +111,17 @@ def test_tp_weights_are_cached_once_too() -> None:
     plan = make_plan([{"microbatches": 3, "stages": [stage(0, 6, [0, 1])]}], schedule="gpipe")
     out = run_local(_held_worker, 2, plan.to_dict(), 1)
     assert [r["copies_bytes"] == 2 * r["gemm_elements"] for r in out] == [True, True]
+
+
+def test_full_recompute_reuses_the_step_copy_and_trains_alike() -> None:
+    # A recomputed block re-runs its forward inside the backward (autocast off around it, the
+    # checkpoint restoring the forward's autocast state): it casts nothing new, and two steps
+    # give the losses of the run that keeps its activations.
+    plans = [make_plan([{"microbatches": 2, "stages": [stage(0, 6, [0], recompute)]}])
+             for recompute in ("full", "none")]
+    full, none = (run_local(_held_worker, 1, p.to_dict(), 2)[0] for p in plans)
+    # At the first backward only the never-recomputed LM head has saved its cast weight.
+    spec = load_model_spec(MODEL)
+    assert full["copies_bytes"] == 2 * spec.vocab_size * spec.hidden_size
+    assert none["copies_bytes"] == 2 * none["gemm_elements"]
+    assert full["losses"] == none["losses"]

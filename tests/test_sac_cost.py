@@ -95,6 +95,10 @@ def test_layer_policy_is_the_mean_of_full_and_none() -> None:
     block = next(x for x in g.layers if x.kind == "block")
     assert sac_block_costs(block, g, "torchtitan-layer") == (
         0.5, 0.5, (block.activation_bytes_full + block.activation_bytes) / 2)
+    # every 4th block (`selective_ac_option = "4"`): a quarter of a forward per block, and
+    # one full-checkpoint saving in four
+    assert sac_block_costs(block, g, "torchtitan-layer", 4) == pytest.approx(
+        (0.25, 0.25, (block.activation_bytes_full + 3 * block.activation_bytes) / 4))
 
 
 def test_bad_policy_is_refused() -> None:

@@ -120,6 +120,10 @@ def estimate(
         help="Sequences per iteration (default: the model spec's).")] = None,
     recompute: Annotated[str, typer.Option("--recompute", help="none | selective | full.")
                          ] = "none",
+    selective_ac: Annotated[str | None, typer.Option(
+        "--selective-ac", help="torchtitan's selective_ac_option for selective recompute: "
+        "op (its per-op policy, the default) | N (every N-th block of a stage fully "
+        "checkpointed, the others keep everything). torchtitan only.")] = None,
     sequence_parallel: Annotated[bool, typer.Option("--sequence-parallel")] = False,
     schedule: Annotated[str, typer.Option("--schedule", help="1f1b | gpipe | interleaved.")
                         ] = "1f1b",
@@ -161,6 +165,7 @@ def estimate(
     """
     from planner.costing import estimate as run_estimate
     from planner.costing.framework import framework_named
+    from planner.costing.layer_ac import with_selective_ac
     from planner.costing.zero_runs import priced_zero_stages, zero_downgrade_note
     from planner.report.plan_view import batch_record
 
@@ -179,7 +184,9 @@ def estimate(
         # A plan, priced on the cluster it embeds or on CLUSTER (checked against it).
         checked = load_checked(model_or_plan, cluster, seq_len=seq_len)
         plan, graph = checked.plan, checked.graph
-        fw = framework_named(framework, plan.predicted)
+        fw = with_selective_ac(framework_named(framework, plan.predicted), selective_ac,
+                               any(st.recompute == "selective" for pipe in plan.pipelines
+                                   for st in pipe.stages))
         note_calibration_gpus(checked.cluster.gpu_counts())
         check_capacity_factor(capacity_factor, graph, "--capacity-factor")
         est = run_estimate(None, checked.cluster, plan, profiles=profiles, framework=fw,
@@ -195,7 +202,8 @@ def estimate(
             sequence_parallel=sequence_parallel, schedule=schedule,
             virtual_stages=virtual_stages, zero1=zero_stage >= 1, zero=zero_stage, ep=ep,
             cp=cp)
-        fw = framework_named(framework)
+        fw = with_selective_ac(framework_named(framework), selective_ac,
+                               recompute == "selective")
         note_calibration_gpus(cl.gpu_counts())
         check_capacity_factor(capacity_factor, model.graph, "--capacity-factor")
         est = run_estimate(model, cl, plan, profiles=profiles, framework=fw,

@@ -90,7 +90,13 @@ class Framework:
     """Under `selective` recompute: the framework's own per-block checkpointing policy, priced
     from each block's dimensions (`planner.costing.sac_cost`): "torchtitan-op" (what it
     re-runs and what it keeps, `cost_models.sac_activations`), "torchtitan-layer" (every
-    second block fully checkpointed); "": Megatron's (or the recompute fractions above)."""
+    `sac_every`-th block fully checkpointed); "": Megatron's (or the recompute fractions
+    above)."""
+    sac_every: int = 2
+    """With `sac_policy` "torchtitan-layer": torchtitan's `selective_ac_option = "N"`, every
+    N-th transformer block of a rank fully checkpointed, the others keep everything
+    (torchtitan/distributed/activation_checkpoint.py `_apply_layer_sac`: a per-process block
+    counter, checkpointed when `count % N == 0`); `planner.costing.layer_ac`."""
     attention_flops_share: float = 0.5
     """Share of the graph's (non-causal) attention-core FLOPs the attention kernel computes:
     0.5 for causal flash kernels, which skip the masked upper-triangle blocks (hetplan's
@@ -185,7 +191,8 @@ class Framework:
     the final norm, so the final norm and the LM head run on the whole sequence on every TP
     rank (hetplan's runtime, planner/runtime/seqpar.py). False: the final norm runs
     sequence-parallel, ÷ TP (Megatron's `sequence_parallel` norms; torchtitan's
-    `"norm": SequenceParallel()` in parallelize_llama)."""
+    `"norm": SequenceParallel()` in parallelize_llama), and the LM head all-gathers its
+    input in the forward, reduce-scatters its gradient in the backward (`vocab_cost`)."""
     sp_head_input_replicated: bool = True
     """Under sequence parallelism the LM head's GEMM input is kept whole on every TP rank
     (hetplan's runtime; torchtitan's `"output": ColwiseParallel(input_layouts=Shard(1))`
@@ -197,7 +204,8 @@ class Framework:
     """Under sequence parallelism a stage's blocks hand on the whole sequence: the split
     output is all-gathered at the end of each stage's SP blocks (hetplan's runtime,
     planner/runtime/seqpar.py), priced once per stage and micro-batch (`stage_cost`). False:
-    the boundary stays split (Megatron, torchtitan)."""
+    the boundary stays split (Megatron, torchtitan), and the embedding reduce-scatters its
+    output into the split layout (`planner.costing.vocab_cost.vocab_tp_comm_s`)."""
     moe_tp_allreduce_per_expert: bool = True
     """A TP-split MoE block all-reduces each expert's rows and each column-parallel input
     gradient on its own, and under SP the expert branch's output where Megatron-SP
@@ -234,6 +242,8 @@ class Framework:
         if self.sac_policy not in SAC_POLICIES:
             raise ValueError(f"sac_policy must be one of {SAC_POLICIES}, got "
                              f"{self.sac_policy!r}")
+        if self.sac_every < 1:
+            raise ValueError(f"sac_every must be >= 1, got {self.sac_every}")
         if self.sac_policy and self.recompute_gemm_fraction is not None:
             raise ValueError("give the recompute fractions or sac_policy, not both")
         if self.attention_kernel not in ATTENTION_KERNELS:
@@ -379,8 +389,9 @@ TORCHTITAN = Framework(**{**MEGATRON_STYLE, "sp_head_input_replicated": True},
         "with compile (enable_async_tensor_parallel), not assumed",
         "asynchronous CUDA launches: no per-kernel synchronisation"))
 """PyTorch torchtitan (FSDP2 + TP + PP), bf16 eager. `selective` recompute is its default
-per-op checkpointing (`selective_ac_option = 'op'`); its `selective layer` option is the same
-record with `sac_policy="torchtitan-layer"`."""
+per-op checkpointing (`selective_ac_option = 'op'`); its layer option (`selective_ac_option =
+"N"`, `hetplan estimate --selective-ac N`) is the same record with
+`sac_policy="torchtitan-layer"`, `sac_every=N` (`planner.costing.layer_ac`)."""
 
 DEEPSPEED = Framework(**MEGATRON_STYLE,
     attention_kernel="",

@@ -134,9 +134,10 @@ def layer_costs(layer: Layer, graph: LayerGraph, gpu: GpuSpec, tp: int, mb: int,
         bwd_act += 2 * (bf16_s * attn_scale[1] - fp8_s)
     comm_fwd = comm_bwd = 0.0
     if split and layer.kind in ("embedding", "head"):
-        # Each pass prices the collectives it runs (vocab_cost.py): the embedding's
-        # all-reduce in the forward, the head's in the backward.
-        comm_fwd, comm_bwd = vocab_tp_comm_s(layer, graph, b, t, link)
+        # Each pass prices the collectives it runs (vocab_cost.py): without SP the
+        # embedding's all-reduce in the forward, the head's in the backward; under
+        # Megatron's or torchtitan's SP the reduce-scatters and all-gathers of each pass.
+        comm_fwd, comm_bwd = vocab_tp_comm_s(layer, graph, b, t, link, fw, sp)
     elif split:
         comm_fwd = comm_bwd = layer.tp_allreduces_fwd * allreduce_s(
             b * layer.tp_allreduce_bytes, t, link)
@@ -153,8 +154,15 @@ def layer_costs(layer: Layer, graph: LayerGraph, gpu: GpuSpec, tp: int, mb: int,
     update = adam_step_s(params, gpu)
     if fw.tp_comm_overlap:
         # Chunked collectives pipelined with the adjacent GEMMs: only what outlasts them shows.
+        # Not the head's forward: Megatron's output layer is its own ColumnParallelLinear,
+        # not a Transformer Engine module (no userbuffers), whose SP all-gather runs before
+        # the GEMM synchronously, and the loss's all-reduces need the GEMM's logits; its
+        # backward's collectives are issued async beside the dgrad / wgrad GEMMs
+        # (megatron/core/tensor_parallel/layers.py).
         w, (sf, sa, _) = work.gemm_width, work.gemm_scale
-        comm_fwd = max(0.0, comm_fwd - gemm_s(work.fwd_matmul_flops, gpu, precision, w, sf))
+        if layer.kind != "head":
+            comm_fwd = max(0.0, comm_fwd - gemm_s(work.fwd_matmul_flops, gpu, precision, w,
+                                                  sf))
         comm_bwd = max(0.0, comm_bwd - gemm_s(work.bwd_act_matmul_flops, gpu, precision, w,
                                               sa))
     if gathered and cp_link is not None:
@@ -194,7 +202,8 @@ def layer_costs(layer: Layer, graph: LayerGraph, gpu: GpuSpec, tp: int, mb: int,
     no_recompute_bwd = bwd
     # The framework's own selective policy, from this block's dimensions (sac_cost.py):
     # (GEMM share re-run, memory-bound share re-run, bytes kept); None: Megatron's.
-    sac = sac_block_costs(layer, graph, fw.sac_policy) if recompute == "selective" else None
+    sac = (sac_block_costs(layer, graph, fw.sac_policy, fw.sac_every)
+           if recompute == "selective" else None)
     gemm_share, mem_share = sac[:2] if sac else (fw.recompute_gemm_fraction,
                                                  fw.recompute_memory_fraction)
     if recompute == "full":

@@ -11,8 +11,11 @@ the same way for every model (hidden = `matmul_dim`, (heads, KV heads, FFN width
   (`cost_models.sac_activations.op_sac_saved_bytes`). Only a dense SwiGLU (Llama-style)
   block issues those seven mms in that order: routed-expert blocks, blocks without their
   dimensions and non-gated MLPs (GPT) keep the graph's Megatron-style selective pricing.
-- "torchtitan-layer" (`selective_ac_option = 2`): every second block fully checkpointed,
-  the others whole: half a forward re-run, the mean of the two saved counts, any block.
+- "torchtitan-layer" (`selective_ac_option = "N"`, N = `Framework.sac_every`): every N-th
+  block fully checkpointed, the others whole. Per layer that is its average, 1/N of a
+  forward re-run and the 1/N-weighted mean of the two saved counts, any block (what the
+  search's per-layer tables use); `stage_cost` prices a stage's own blocks exactly, which
+  ones the counter checkpoints (`planner.costing.layer_ac`).
 """
 
 from __future__ import annotations
@@ -38,16 +41,17 @@ def _llama_dims(layer: Layer) -> tuple[int, int, int, int] | None:
     return h, heads, kv, ffn
 
 
-def sac_block_costs(layer: Layer, graph: LayerGraph, policy: str
+def sac_block_costs(layer: Layer, graph: LayerGraph, policy: str, every: int = 2
                     ) -> tuple[float, float, float] | None:
     """(share of the forward's GEMM FLOPs re-run, share of its memory-bound work re-run, bytes
-    kept per sequence) of `layer` under `policy` with `selective` recompute; None where the
-    policy does not describe the layer (the caller keeps Megatron's selective pricing)."""
+    kept per sequence) of `layer` under `policy` with `selective` recompute (`every`: the
+    block interval of "torchtitan-layer"); None where the policy does not describe the layer
+    (the caller keeps Megatron's selective pricing)."""
     if not policy or layer.kind != "block":
         return None
     if policy == "torchtitan-layer":
-        return 0.5, 0.5, layer_sac_saved_bytes(layer.activation_bytes_full,
-                                               layer.activation_bytes)
+        return 1 / every, 1 / every, layer_sac_saved_bytes(
+            layer.activation_bytes_full, layer.activation_bytes, every)
     if policy != "torchtitan-op":
         raise ValueError(f"sac_policy must be one of {SAC_POLICIES}, got {policy!r}")
     dims = _llama_dims(layer)

@@ -18,6 +18,7 @@ from cost_models.memory import optimizer_bytes_per_param, state_bytes_per_param
 from cost_models.moe import DEFAULT_CAPACITY_FACTOR
 from cost_models.profiles import ProfileSet, default_profiles
 from planner.costing.framework import DEFAULT_FRAMEWORK, Framework
+from planner.costing.layer_ac import every_nth_block_stage
 from planner.costing.layer_cost import kv_bytes_per_sequence, layer_costs, tp_split
 from planner.costing.links import link_of_kind
 from planner.graph.layers import Layer, LayerGraph
@@ -266,9 +267,15 @@ def stage_cost(graph: LayerGraph, start: int, end: int, gpu: GpuSpec, tp: int, m
     runtime, see `planner.costing.framework`); `cp` splits each sequence over `cp` GPUs
     (context parallelism) whose K/V ring runs over `cp_link`.
     """
-    return layer_cost_table(
-        graph, gpu, tp, micro_batch, recompute, precision=precision,
-        sequence_parallel=sequence_parallel, intra_node_gb_per_s=intra_node_gb_per_s,
-        intra_node_link=intra_node_link, profiles=profiles, framework=framework, ep=ep,
-        ep_link=ep_link, capacity_factor=capacity_factor, cp=cp,
-        cp_link=cp_link).stage(start, end)
+    def table(mode: str) -> LayerCostTable:
+        return layer_cost_table(
+            graph, gpu, tp, micro_batch, mode, precision=precision,
+            sequence_parallel=sequence_parallel, intra_node_gb_per_s=intra_node_gb_per_s,
+            intra_node_link=intra_node_link, profiles=profiles, framework=framework, ep=ep,
+            ep_link=ep_link, capacity_factor=capacity_factor, cp=cp, cp_link=cp_link)
+
+    if recompute == "selective" and framework.sac_policy == "torchtitan-layer":
+        # torchtitan's layer-level checkpointing: the stage's own every-N-th blocks (layer_ac).
+        return every_nth_block_stage(graph, table("none"), table("full"), start, end,
+                                     framework.sac_every)
+    return table(recompute).stage(start, end)

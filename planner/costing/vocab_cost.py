@@ -12,8 +12,8 @@ sequence parallelism (megatron/core/tensor_parallel/mappings.py,
 
 from __future__ import annotations
 
-from cost_models.comm import Link, allreduce_s
-from planner.costing.framework import Framework
+from cost_models.comm import Link, allgather_s, allreduce_s, reduce_scatter_s
+from planner.costing.framework import DEFAULT_FRAMEWORK, Framework
 from planner.graph.layers import Layer, LayerGraph
 
 __all__ = ["LOSS_ALLREDUCES", "LOGPROB_BYTES", "head_hidden_saved_bytes", "head_split_bytes",
@@ -150,18 +150,50 @@ def loss_transient_bytes(layer: Layer, graph: LayerGraph, fw: Framework, ts: int
 
 
 def vocab_tp_comm_s(layer: Layer, graph: LayerGraph, sequences: float, tp: int,
-                    link: Link) -> tuple[float, float]:
+                    link: Link, fw: Framework = DEFAULT_FRAMEWORK,
+                    sp: bool = False) -> tuple[float, float]:
     """(forward, backward) seconds of the TP collectives of a split embedding or head, for
-    `sequences` sequences on this TP group.
+    `sequences` sequences on this TP group (each collective moves their seq × hidden
+    activation, `Layer.tp_allreduce_bytes` per sequence).
 
-    Embedding: the partial lookups are all-reduced in the forward; the backward is the
-    identity (vocab_embed.py; Megatron's `reduce_from_tensor_model_parallel_region`).
-    Head: the column-parallel LM head's input is replicated, so its forward has no
-    collective and its backward all-reduces the input's gradient (DTensor's ColwiseParallel
-    with Replicate input; Megatron's `copy_to_tensor_model_parallel_region`); the loss on
-    split logits adds `LOSS_ALLREDUCES` small all-reduces to the forward."""
-    hidden_s = allreduce_s(sequences * layer.tp_allreduce_bytes, tp, link)
+    Without sequence parallelism, and under it where the sequence is whole at the embedding's
+    output and the head's input (hetplan's runtime: `Framework.sp_edge_gathers`,
+    `sp_gathers_before_head`; its slice and gather at the blocks' edges are priced in
+    `stage_cost`):
+      Embedding: the partial lookups are all-reduced in the forward; the backward is the
+      identity (vocab_embed.py; Megatron's `reduce_from_tensor_model_parallel_region`).
+      Head: the column-parallel LM head's input is replicated, so its forward has no
+      collective and its backward all-reduces the input's gradient (DTensor's ColwiseParallel
+      with Replicate input; Megatron's `copy_to_tensor_model_parallel_region`).
+    Under sequence parallelism where the sequence stays split into the first block and
+    through the final norm (Megatron-Core, torchtitan):
+      Embedding: reduce-scatter of the partial lookups to the sequence-split layout in the
+      forward, all-gather of its gradient in the backward (Megatron-Core
+      `VocabParallelEmbedding(reduce_scatter_embeddings=True)`:
+      `reduce_scatter_to_sequence_parallel_region`, whose backward is
+      `_gather_along_first_dim`; torchtitan `"tok_embeddings": RowwiseParallel(
+      output_layouts=Shard(1))`). A learned position table makes Megatron all-reduce instead
+      and split locally (language_model_embedding.py: `reduce_scatter_embeddings` needs no
+      position embedding; `scatter_to_sequence_parallel_region`, backward an all-gather).
+      Head: all-gather of its sequence-split input before the GEMM in the forward,
+      reduce-scatter of the input's gradient in the backward (Megatron-Core
+      `LinearWithGradAccumulationAndAsyncCommunication` with `sequence_parallel`; torchtitan
+      `"output": ColwiseParallel(input_layouts=Shard(1))`), and where the framework saves
+      the split input (`sp_head_input_replicated` False: Megatron) its all-gather once more
+      in the backward for the weight gradient.
+    The loss on split logits adds `LOSS_ALLREDUCES` small all-reduces to the head's forward."""
+    hidden = sequences * layer.tp_allreduce_bytes
+    n = layer.tp_allreduces_fwd
+    split_sp = sp and tp > 1
     if layer.kind == "embedding":
-        return layer.tp_allreduces_fwd * hidden_s, 0.0
+        if not split_sp or fw.sp_edge_gathers:
+            return n * allreduce_s(hidden, tp, link), 0.0
+        positions = whole_params(layer) > 0  # GPT's learned table: all-reduce, local split
+        fwd = allreduce_s(hidden, tp, link) if positions else reduce_scatter_s(hidden, tp, link)
+        return n * fwd, n * allgather_s(hidden, tp, link)
     loss_s = LOSS_ALLREDUCES * allreduce_s(sequences * graph.seq_len * 4.0, tp, link)
-    return loss_s, layer.tp_allreduces_fwd * hidden_s
+    if not split_sp or fw.sp_gathers_before_head:
+        return loss_s, n * allreduce_s(hidden, tp, link)
+    gather = allgather_s(hidden, tp, link)
+    regather = 0.0 if fw.sp_head_input_replicated else gather
+    return loss_s + n * gather, n * (reduce_scatter_s(hidden, tp, link) + regather)

@@ -313,6 +313,10 @@ def _llama3(path: Path, profiles: ProfileSet) -> list[Row]:
 # BLOOM: TP4 PP12 DP8 on 48 nodes of 8 A100 80GB, 4 × 100 Gb/s Omni-Path per node, micro-batch
 # 2, GBS 2048 (BigScience training README). MT-NLG: TP8 PP35 on DGX A100 (8 × 200 Gb/s HDR),
 # micro-batch 1, GBS 1920 (Smith et al. 2022, §2.4). Other rows lack a layout we can model.
+# Neither ran sequence parallelism: it was published in May 2022 (Korthikanti et al., arXiv
+# 2205.05198), after MT-NLG's 2021 training (Smith et al. 2022 §2: tensor, pipeline and data
+# parallelism) and BLOOM's Megatron-DeepSpeed run from March 2022 (BLOOM paper, arXiv
+# 2211.05100 §3.4: ZeRO-1, tensor and pipeline parallelism); so sp=False.
 _HISTORIC = [
     ("BLOOM-176B TP4 PP12 DP8, 384 A100", "BLOOM-176B", 384, 400.0, 4, 12, 2, 2048, 150.0),
     ("MT-NLG 530B TP8 PP35 DP8, 2240 A100", "MT-NLG-530B", 2240, 1600.0, 8, 35, 1, 1920, 126.0),
@@ -328,7 +332,7 @@ def _historic(profiles: ProfileSet) -> list[Row]:
         rows.append(_costed(
             label, measured, model, 2048, "bf16", a100, gpus, nic, tp, pp, 1, mb, gbs, "full",
             False, profiles, lambda m, g: DEEPSPEED, count_recompute=True,
-            overlap_dp=False, tflops=True))
+            overlap_dp=False, tflops=True, sp=False))
     return rows
 
 
