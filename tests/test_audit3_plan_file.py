@@ -69,3 +69,10 @@ def test_ep_on_a_dense_model_is_one_error(tmp_path, capsys) -> None:
                       zero=3)
     code, _, err = run_cli(["estimate", str(path)], capsys)
     _one_error(code, err, ".ep", "no routed experts")
+
+
+def test_replan_of_a_broken_plan_names_the_file(tmp_path, capsys) -> None:
+    # The error said "plan: pipelines.0..." instead of the file the user gave.
+    path = _plan_file(tmp_path, "tiny-moe", _set_ep(8), tp=1, pp=1, dp=8, global_batch=8, ep=2)
+    code, _, err = run_cli(["replan", str(path), "--remove", "dgx-1"], capsys)
+    _one_error(code, err, f"error: {path}: ", "ep 8 does not divide")
