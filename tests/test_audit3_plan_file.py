@@ -76,3 +76,22 @@ def test_replan_of_a_broken_plan_names_the_file(tmp_path, capsys) -> None:
     path = _plan_file(tmp_path, "tiny-moe", _set_ep(8), tp=1, pp=1, dp=8, global_batch=8, ep=2)
     code, _, err = run_cli(["replan", str(path), "--remove", "dgx-1"], capsys)
     _one_error(code, err, f"error: {path}: ", "ep 8 does not divide")
+
+
+@pytest.mark.parametrize("flags", [["--zero", "3"], ["--zero1"], ["--cp", "2"], ["--tp", "1"],
+                                   ["--recompute", "full", "--micro-batch", "2"]])
+def test_layout_flags_with_a_plan_file_are_refused_not_ignored(tmp_path, capsys,
+                                                               flags) -> None:
+    # `estimate plan.json --zero 3` printed the plan's own ZeRO-1 figures, exit 0.
+    path = _plan_file(tmp_path, "tiny-llama", None, tp=1, pp=1, dp=4, global_batch=4, zero=1)
+    code, out, err = run_cli(["estimate", str(path), *flags, "--json"], capsys)
+    _one_error(code, err, flags[0], "states its own layout")
+    assert out == ""
+
+
+def test_a_plan_file_takes_the_pricing_flags(tmp_path, capsys) -> None:
+    path = _plan_file(tmp_path, "tiny-moe", None, tp=1, pp=1, dp=4, global_batch=4, ep=2)
+    code, out, err = run_cli(["estimate", str(path), "--capacity-factor", "2", "--framework",
+                              "megatron", "--seq-len", "64", "--json"], capsys)
+    assert code == 0, err
+    assert json.loads(out)["moe"]["capacity_factor"] == 2
