@@ -95,3 +95,19 @@ def test_a_plan_file_takes_the_pricing_flags(tmp_path, capsys) -> None:
                               "megatron", "--seq-len", "64", "--json"], capsys)
     assert code == 0, err
     assert json.loads(out)["moe"]["capacity_factor"] == 2
+
+
+@pytest.mark.parametrize("command", ["estimate", "simulate"])
+def test_a_model_file_given_as_a_plan_says_so(tmp_path, capsys, command) -> None:
+    # A config.json without a cluster is read as a plan: "global_batch_size: Field required".
+    config = Path(__file__).parent / "fixtures" / "deepseek-moe-16b" / "config.json"
+    code, _, err = run_cli([command, str(config)], capsys)
+    _one_error(code, err, "is a model, not a plan")
+
+
+@pytest.mark.parametrize("command", ["plan", "compare"])
+def test_a_plan_file_given_as_a_model_says_so(tmp_path, capsys, command) -> None:
+    # It said "architecture: missing; add it".
+    path = _plan_file(tmp_path, "tiny-llama", None, tp=1, pp=1, dp=2, global_batch=2)
+    code, _, err = run_cli([command, str(path), "dgx-a100"], capsys)
+    _one_error(code, err, "is a plan file, not a model")
