@@ -2,9 +2,11 @@
 
 Routing is balanced on average (an auxiliary load-balancing loss keeps it so), but within one
 step the busiest expert gets more than the mean T·k/E tokens and every expert-parallel rank
-waits for it. The cost model charges the routed experts' GEMMs and the all-to-all traffic at
-`capacity factor × the balanced load`: the load a capacity-limited router (GShard, Switch)
-lets the busiest expert reach.
+waits for it. The cost model puts the busiest expert at `capacity factor × the balanced
+load` (the load a capacity-limited router, GShard or Switch, lets it reach), the other experts
+sharing the rest evenly, and charges the GPU holding it that load on its routed experts'
+GEMMs and all-to-all traffic at ep > 1 (planner/costing/moe_a2a.py `routed_load_factor`);
+at ep 1 every GPU runs every expert on all its tokens, so imbalance moves no work.
 """
 
 from __future__ import annotations

@@ -33,6 +33,7 @@ def test_only_hetplan_gathers_the_sequence_under_sp() -> None:
         assert fw.sp_edge_gathers == (name == "hetplan")
         assert fw.sp_gathers_before_head == (name == "hetplan")
         assert fw.moe_tp_allreduce_per_expert == (name == "hetplan")
+        assert fw.moe_dispatch_whole_per_tp_rank == (name == "hetplan")
         assert fw.sp_head_input_replicated == (name in ("hetplan", "torchtitan"))
 
 

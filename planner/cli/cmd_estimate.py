@@ -238,12 +238,16 @@ def estimate(
         record = {**est.to_dict(), **batch_record(plan, graph.seq_len)}
         if (plan.model or {}).get("num_experts"):
             record["moe"] = {"capacity_factor": capacity_factor, "routing": "balanced on "
-                             "average; busiest expert at capacity_factor × the mean load"}
+                             "average; busiest expert at capacity_factor × the mean load, "
+                             "charged at ep > 1",
+                             "dispatch_per_tp_rank": ("all routed tokens"
+                                                      if fw.moe_dispatch_whole_per_tp_rank
+                                                      else "1/tp of the routed tokens")}
         if zero_note:
             record["zero_priced"] = [list(r) for r in levels]
         print_json(record)
     else:
-        _print(est, title, plan, capacity_factor, graph.seq_len, fw.cp_ring_overlap)
+        _print(est, title, plan, capacity_factor, graph.seq_len, fw)
         if zero_note:
             console.print(f"note: {zero_note}")
     if not est.feasible:
@@ -251,8 +255,11 @@ def estimate(
 
 
 def _print(est: Any, title: str, plan: Any, capacity_factor: float, seq_len: int,
-           cp_ring: bool) -> None:
+           fw: Any) -> None:
+    from planner.report.moe_line import moe_line
     from planner.report.plan_view import batch_line, schedule_label
+
+    cp_ring = fw.cp_ring_overlap
 
     wide_console(150).print(_table(est, f"{title}, {schedule_label(plan)}", plan))
     console.print(batch_line(plan, seq_len))
@@ -260,11 +267,9 @@ def _print(est: Any, title: str, plan: Any, capacity_factor: float, seq_len: int
              f", ${est.usd_per_hour:.2f}/h, ${est.usd_per_million_tokens:.3f} per 1M tokens")
     console.print(f"iteration {est.iteration_time_s:.4f} s, {est.tokens_per_s:,.0f} tokens/s, "
                   f"MFU {100 * est.mfu:.1f} %, bubble {100 * est.bubble_fraction:.1f} %{price}")
-    if (plan.model or {}).get("num_experts"):
-        eps = sorted({st.ep or 1 for pipe in plan.pipelines for st in pipe.stages})
-        console.print(f"mixture of experts: ep {', '.join(map(str, eps))}; assumes balanced "
-                      f"routing with the busiest expert at {capacity_factor:g}× the mean load "
-                      "(capacity factor), priced on expert GEMMs and all-to-alls")
+    moe = moe_line(plan, capacity_factor, fw)
+    if moe:
+        console.print(moe)
     cps = sorted({plan.cp(p) for p in range(len(plan.pipelines))})
     if cps != [1]:
         console.print(f"context parallelism: cp {', '.join(map(str, cps))}; each sequence in "

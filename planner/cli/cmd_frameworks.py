@@ -38,6 +38,8 @@ def framework_record(name: str) -> dict[str, Any]:
         "sp_head_input_replicated": fw.sp_head_input_replicated,
         "sp_edge_gathers": fw.sp_edge_gathers,
         "moe_tp_allreduce_per_expert": fw.moe_tp_allreduce_per_expert,
+        "moe_dispatch_per_tp_rank": ("all routed tokens" if fw.moe_dispatch_whole_per_tp_rank
+                                     else "1/tp of the routed tokens"),
         "residual_stream_bytes": fw.residual_stream_bytes or "activation dtype",
         "tied_grad_pairs": fw.tied_grad_pairs,
         "p2p_blocking": fw.p2p_blocking,
@@ -85,6 +87,8 @@ def frameworks(
             f"{_yes(r['sp_edge_gathers'])}; MoE TP all-reduces per expert: "
             f"{_yes(r['moe_tp_allreduce_per_expert'])}; residual stream (norm inputs) "
             f"bytes: {r['residual_stream_bytes']}")
+        console.print(f"  expert-parallel all-to-all per TP rank: "
+                      f"{r['moe_dispatch_per_tp_rank']}")
         console.print(f"  context parallelism: {r['context_parallel']}; ZeRO alongside "
                       f"pipeline parallelism: up to stage {r['max_zero_with_pipelines']}")
         on = ", ".join(r["attention_kernel_priced_on"]) or "none (GEMM rate)"

@@ -191,10 +191,12 @@ def plan(
         "field that differs between identical runs.")] = False,
 ) -> None:
     """Find the fastest (or cheapest) plan for MODEL on CLUSTER, exactly."""
+    from cost_models.moe import DEFAULT_CAPACITY_FACTOR
     from planner.cluster import load_cluster
     from planner.costing.framework import framework_named
     from planner.graph import load_model
     from planner.report.alternatives import alternative_records, placement_note, placement_twins
+    from planner.report.moe_line import moe_line
     from planner.report.plan_view import batch_line
     from planner.search import plan as search
 
@@ -234,6 +236,9 @@ def plan(
     console.print(_stage_table(best, est, f"{m.name} on {cl.name}: best plan"))
     console.print(batch_line(best, m.seq_len))
     console.print(_summary(best, est))
+    moe = moe_line(best, DEFAULT_CAPACITY_FACTOR, fw)  # the search prices the default
+    if moe:
+        console.print(moe)
     if len(result.candidates) > 1:
         alt = Table(title="alternatives")
         for col in ("#", "µbatch", "iteration s", "tokens/s", "MFU %", "$/h", "$/1M tok",

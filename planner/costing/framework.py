@@ -211,6 +211,13 @@ class Framework:
     gradient on its own, and under SP the expert branch's output where Megatron-SP
     reduce-scatters (hetplan's runtime, planner/runtime/stage.py; priced message by message
     in `planner.costing.moe_tp_comm`). False: the block's two TP collectives per pass."""
+    moe_dispatch_whole_per_tp_rank: bool = True
+    """Under expert parallelism every TP rank dispatches all of its sequence's routed token
+    copies (hetplan's runtime, planner/runtime/experts.py: each TP rank holds the whole
+    sequence; measured in tests/test_moe_a2a_bytes.py). False: each TP rank dispatches its
+    1/tp sequence slice (Megatron-Core's MoEAlltoAllTokenDispatcher, "permute → A2A(EP) →
+    AG(TP)"; DeepSpeed's MOELayer drops the TP-duplicate tokens before the all-to-all,
+    deepspeed/moe/mappings.py `drop_tokens`; priced in `planner.costing.moe_a2a`)."""
     residual_stream_bytes: int = 4
     """Bytes per element of the residual stream, which the norms take as input and (fused
     RMSNorm / LayerNorm) save for their backward: 4 under hetplan's runtime, which trains
@@ -264,6 +271,7 @@ DEFAULT_FRAMEWORK = Framework()
 
 MEGATRON_STYLE: dict = {"sp_gathers_before_head": False, "sp_head_input_replicated": False,
                         "sp_edge_gathers": False, "moe_tp_allreduce_per_expert": False,
+                        "moe_dispatch_whole_per_tp_rank": False,
                         "residual_stream_bytes": 0, "p2p_scatter_gather": True}
 """Where every stack but hetplan's runtime differs from `Framework()`'s defaults in the same
 way: 16-bit weights and residual stream, Megatron's sequence-parallel head and edges, the dense
@@ -339,7 +347,9 @@ HETPLAN_RUNTIME = Framework(
              "each stage's SP blocks, so the final norm and the LM head run whole "
              "(sp_gathers_before_head, sp_head_input_replicated, sp_edge_gathers)",
              "planner/runtime/stage.py: a TP-split MoE block all-reduces expert by expert "
-             "(moe_tp_allreduce_per_expert)"))
+             "(moe_tp_allreduce_per_expert)",
+             "planner/runtime/experts.py: every TP rank dispatches all its routed token "
+             "copies over the ep-group (moe_dispatch_whole_per_tp_rank)"))
 """hetplan's own runtime (what `hetplan launch` runs): the defaults of `Framework`."""
 
 MEGATRON_CORE = Framework(**MEGATRON_STYLE,

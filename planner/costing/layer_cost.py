@@ -7,7 +7,7 @@ communication, measured profiles, recomputation, activation and recompute-transi
 from __future__ import annotations
 
 from cost_models.attention import attention_scale_on
-from cost_models.comm import Link, allgather_s, allreduce_s, alltoall_s
+from cost_models.comm import Link, allgather_s, allreduce_s
 from cost_models.compute import LayerWork, adam_step_s, gemm_s, layer_compute_s, memory_s
 from cost_models.context import gathered_kv_memory_bytes, ring_attention_exposed_s
 from cost_models.efficiency import KERNELS_PER_BLOCK_FWD, constants_for
@@ -19,6 +19,7 @@ from cost_models.profiles import ProfileSet
 from cost_models.te_activations import te_block_replicated_bytes, te_block_saved_bytes
 from planner.costing.framework import DEFAULT_FRAMEWORK, Framework
 from planner.costing.layer_gemms import layer_gemm_factors
+from planner.costing.moe_a2a import moe_a2a_s, routed_load_factor
 from planner.costing.moe_tp_comm import hetplan_moe_tp_comm_s
 from planner.costing.sac_cost import sac_block_costs
 from planner.costing.vocab_cost import (
@@ -87,9 +88,10 @@ def layer_costs(layer: Layer, graph: LayerGraph, gpu: GpuSpec, tp: int, mb: int,
     ts = t if split else 1
     ep, ep_link, capacity = moe
     params = params_per_gpu(layer, ts, ep)
-    # The busiest expert's extra tokens beyond the balanced load (cost_models/moe.py): its
-    # GEMMs forward, and dgrad + wgrad backward.
-    extra = (capacity - 1.0) * layer.fwd_expert_flops if layer.num_experts else 0.0
+    # The busiest GPU's extra routed tokens beyond the balanced load (cost_models/moe.py; none
+    # at ep 1, moe_a2a.py): its GEMMs forward, and dgrad + wgrad backward.
+    load = routed_load_factor(ep, capacity, layer.num_experts)
+    extra = (load - 1.0) * layer.fwd_expert_flops if layer.num_experts else 0.0
     mm_frac = layer.fwd_matmul_flops / layer.fwd_flops if layer.fwd_flops > 0 else 0.0
     mem_share = (1 / t if sp else 0.5 + 0.5 / t) if split else 1.0
     if split and layer.kind in ("embedding", "head"):
@@ -120,7 +122,8 @@ def layer_costs(layer: Layer, graph: LayerGraph, gpu: GpuSpec, tp: int, mb: int,
         gemm_width=max(width, 1.0),
         gemm_scale=layer_gemm_factors(
             layer, graph.seq_len, gpu, precision, ts, b, share, fw.eager_attention_gemms,
-            attention_scale=attn_scale if precision != "fp8" else (1.0, 1.0)),
+            attention_scale=attn_scale if precision != "fp8" else (1.0, 1.0),
+            ep=ep if layer.num_experts else 1),  # one cache entry per dense shape
         kernels_fwd=_KERNELS.get(layer.kind, KERNELS_PER_BLOCK_FWD),
     )
     fwd, bwd_act, bwd_w = layer_compute_s(work, gpu, precision, fw.host_dispatch_overlapped)
@@ -145,11 +148,11 @@ def layer_costs(layer: Layer, graph: LayerGraph, gpu: GpuSpec, tp: int, mb: int,
         # hetplan's runtime all-reduces each expert's rows and each column-parallel input
         # gradient on its own, and under SP all-reduces the expert branch's output where
         # Megatron-SP reduce-scatters (moe_tp_comm.py): priced message by message.
-        comm_fwd, comm_bwd = hetplan_moe_tp_comm_s(layer, b, t, ep, sp, link)
+        comm_fwd, comm_bwd = hetplan_moe_tp_comm_s(layer, b, t, ep, sp, link, load)
     if ep > 1 and layer.num_experts and ep_link is not None:
-        # Dispatch and combine all-to-alls, forward and (mirrored) backward; each TP rank
-        # sends its 1/tp share of the routed token copies (Megatron's alltoall dispatcher).
-        a2a_s = 2 * alltoall_s(b * layer.a2a_bytes * capacity / ts, ep, ep_link)
+        # Dispatch and combine all-to-alls, forward and (mirrored) backward, of the routed
+        # token copies each TP rank sends (all of them or its 1/tp: moe_a2a.py).
+        a2a_s = moe_a2a_s(layer, b, ts, ep, capacity, fw, ep_link)
         comm_fwd, comm_bwd = comm_fwd + a2a_s, comm_bwd + a2a_s
     update = adam_step_s(params, gpu)
     if fw.tp_comm_overlap:

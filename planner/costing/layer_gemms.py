@@ -82,7 +82,7 @@ def _passes(m: int, weights: tuple[tuple[int, int], ...]
 def layer_gemm_factors(layer: Layer, seq_len: int, gpu: GpuSpec, precision: str, ts: int,
                        micro_batch: float, attention_share: float = 1.0,
                        eager_attention: bool = False,
-                       attention_scale: tuple[float, float] = (1.0, 1.0),
+                       attention_scale: tuple[float, float] = (1.0, 1.0), ep: int = 1,
                        ) -> tuple[float, float, float]:
     """(forward, activation-gradient, weight-gradient) multipliers of the layer's GEMM time at
     the wide rate: its linear GEMMs priced by shape (`cost_models.gemm_shape`), the attention
@@ -92,12 +92,13 @@ def layer_gemm_factors(layer: Layer, seq_len: int, gpu: GpuSpec, precision: str,
     this GPU (a fraction of one under context parallelism, which splits the tokens).
     `eager_attention`: the attention core is two cuBLAS batched GEMMs per head over the
     materialised s×s scores (`Framework.keeps_attention_probs`), priced by their shapes like
-    the linear GEMMs (`_eager_attention_shapes`)."""
+    the linear GEMMs (`_eager_attention_shapes`). `ep`: the expert-parallel degree; each of a
+    GPU's E/ep routed experts runs on the rows routed to it from all ep members."""
     c = constants_for(gpu.name, gpu.generation)
     return _factors(layer, seq_len, ts, micro_batch, attention_share,
                     gemm_wide_flops_per_s(gpu, precision), gpu.hbm_gb_per_s * 1e9 * c.memory_eff,
                     element_bytes(gpu, precision), gpu.sm_count, eager_attention,
-                    attention_scale)
+                    attention_scale, max(ep, 1))
 
 
 def _eager_attention_shapes(layer: Layer, seq_len: int, ts: int, micro_batch: float
@@ -122,7 +123,7 @@ def _eager_attention_shapes(layer: Layer, seq_len: int, ts: int, micro_batch: fl
 def _factors(layer: Layer, seq_len: int, ts: int, micro_batch: float, attention_share: float,
              wide: float, memory: float, nbytes: float, sm_count: int | None,
              eager_attention: bool = False,
-             attention_scale: tuple[float, float] = (1.0, 1.0),
+             attention_scale: tuple[float, float] = (1.0, 1.0), ep: int = 1,
              ) -> tuple[float, float, float]:
     """`layer_gemm_factors` for given rates; cached per (layer, TP, micro-batch, rates): the
     search prices the same block shape for every layer and many plans."""
@@ -134,12 +135,13 @@ def _factors(layer: Layer, seq_len: int, ts: int, micro_batch: float, attention_
         mats = tuple(_per_gpu(w, ts) for w in weights)
         groups.append((tokens, mats, 2.0 * tokens * sum(k * n for k, n in mats)))
     if layer.num_experts and layer.experts_per_token and layer.fwd_expert_flops > 0:
-        # Each routed expert is a gated MLP over its balanced share of the token copies; one
-        # expert's GEMMs stand for all of them.
+        # Each routed expert is a gated MLP over its balanced share of the token copies, of
+        # the ep members' micro-batches together (runtime/experts.py: one GEMM per local
+        # expert on what the all-to-all brought); one expert's GEMMs stand for all of them.
         h = layer.matmul_dim
         ffn = layer.fwd_expert_flops / seq_len / (6.0 * h * layer.experts_per_token)
         ffn_per_gpu = max(1, math.ceil(round(ffn) / ts))
-        m = max(1, round(tokens * layer.experts_per_token / layer.num_experts))
+        m = max(1, round(tokens * layer.experts_per_token * ep / layer.num_experts))
         groups.append((m, ((h, ffn_per_gpu), (h, ffn_per_gpu), (ffn_per_gpu, h)),
                        micro_batch * layer.fwd_expert_flops / ts))
     if not groups:

@@ -35,16 +35,17 @@ def _has_shared_expert(layer: Layer) -> bool:
     return len(layer.tp_dims) >= 4
 
 
-def hetplan_moe_tp_messages(layer: Layer, mb: float, ep: int, sp: bool
+def hetplan_moe_tp_messages(layer: Layer, mb: float, ep: int, sp: bool, load: float = 1.0
                             ) -> tuple[list[tuple[str, float]], list[tuple[str, float]]]:
     """(forward, backward) collectives of one MoE block over its TP group for `mb` sequences,
     as (kind, bytes) with kind in all_reduce / all_gather / reduce_scatter; bytes are the
-    all-reduce's buffer, the all-gather's result and the reduce-scatter's input. Routing is
-    balanced: each of the rank's E/ep experts all-reduces 1/(E/ep) of the s·k·h routed rows
-    (its tokens from the whole ep-group)."""
+    all-reduce's buffer, the all-gather's result and the reduce-scatter's input. Each of the
+    rank's E/ep experts all-reduces 1/(E/ep) of the `load` × s·k·h routed rows it gets from
+    the whole ep-group (`load`: the busiest GPU's share over the balanced one, moe_a2a.py
+    `routed_load_factor`)."""
     whole = mb * layer.tp_allreduce_bytes  # s·h activations at the layer boundary
     local = max(layer.num_experts // max(ep, 1), 1)
-    routed = [("all_reduce", mb * layer.a2a_bytes / local)] * local  # s·k·h in all
+    routed = [("all_reduce", mb * load * layer.a2a_bytes / local)] * local  # s·k·h·load
     shared = 1 if _has_shared_expert(layer) else 0
     fwd = routed + [("all_reduce", whole)] * shared
     bwd = routed * 2 + [("all_reduce", whole)] * (2 * shared)
@@ -62,9 +63,9 @@ _PRICE = {"all_reduce": allreduce_s, "all_gather": allgather_s,
 
 
 def hetplan_moe_tp_comm_s(layer: Layer, mb: float, tp: int, ep: int, sp: bool,
-                          link: Link) -> tuple[float, float]:
+                          link: Link, load: float = 1.0) -> tuple[float, float]:
     """(forward, backward) seconds of `hetplan_moe_tp_messages` over a TP group of `tp` on
     `link`, each message with its own per-step latency (cost_models/comm.py)."""
-    fwd, bwd = hetplan_moe_tp_messages(layer, mb, ep, sp)
+    fwd, bwd = hetplan_moe_tp_messages(layer, mb, ep, sp, load)
     return (sum(_PRICE[k](n, tp, link) for k, n in fwd),
             sum(_PRICE[k](n, tp, link) for k, n in bwd))
