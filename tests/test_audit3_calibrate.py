@@ -59,6 +59,18 @@ def test_a_fit_stopped_at_the_bound_is_refused_not_written(tmp_path, capsys) -> 
     _refused(tmp_path, capsys, runs, "bound", "nothing written")
 
 
+def test_a_broken_plan_in_a_row_is_named_by_its_row(tmp_path, capsys) -> None:
+    # The plan's stages cover fewer layers than its model: the error said "plan: pipelines"
+    # without the row or the file.
+    path, t = _plan(tmp_path)
+    data = json.loads(path.read_text())
+    data["model"]["num_layers"] = 5
+    path.write_text(json.dumps(data))
+    runs = tmp_path / "runs.csv"
+    runs.write_text(f"plan,measured_iteration_s\n{path.name},{t!r}\n")
+    _refused(tmp_path, capsys, runs, "runs.csv:2: plan p.json:", "layers [0, 6)")
+
+
 @pytest.fixture(autouse=True)
 def _restore_constants():
     yield

@@ -130,6 +130,10 @@ def load_runs(path: Path) -> list[MeasuredRun]:
         if not plan.model or not plan.cluster:
             raise HetplanError(f"{where}: plan {plan_ref} does not embed its model and "
                                "cluster (write it with `hetplan plan -o`)")
+        from planner.costing.plan_check import check_plan
+
+        # Before the fit: a broken plan's error then names its row, not "plan".
+        check_plan(plan, where=f"{where}: plan {plan_ref}")
         runs.append(MeasuredRun(where, plan, measured))
     if not runs:
         raise HetplanError(f"{path}: no runs")
