@@ -47,3 +47,12 @@ def test_the_fixtures_themselves_still_load(tmp_path, capsys) -> None:
         code, out, err = _inspect(tmp_path, capsys, fixture)
         assert code == 0, err
         assert json.loads(out)["params"] > 0
+
+
+@pytest.mark.parametrize("value", [0, False, ""])
+def test_zero_kv_heads_is_refused_not_read_as_one_per_head(tmp_path, capsys, value) -> None:
+    # `or None` made 0, false and "" mean "no GQA": Qwen2.5-7B was priced with 28 KV heads
+    # instead of 4 (8.23 G parameters instead of 7.62 G) without a word.
+    code, _, err = _inspect(tmp_path, capsys, "qwen2.5-7b", num_key_value_heads=value)
+    assert code == 2 and err.startswith("error:") and len(err.strip().splitlines()) == 1, err
+    assert "num_kv_heads" in err

@@ -142,7 +142,7 @@ def from_hf_config(data: dict[str, Any], where: str, *, default_name: str) -> di
             "num_layers": _need(data, "num_hidden_layers", where),
             "num_attention_heads": heads,
             # None: ModelSpec's default, one KV head per attention head (no GQA).
-            "num_kv_heads": data.get("num_key_value_heads") or None,
+            "num_kv_heads": data.get("num_key_value_heads"),
             "ffn_hidden_size": _need(data, "intermediate_size", where),
             "vocab_size": _need(data, "vocab_size", where),
             "tie_embeddings": _flag(data, "tie_word_embeddings", False, where),
