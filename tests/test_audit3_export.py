@@ -49,3 +49,17 @@ def test_a_plan_that_breaks_a_rule_is_refused_not_exported(tmp_path, capsys) -> 
     assert code == 2 and out == "", err
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error:") and "layers [0, 6)" in lines[0]
+
+
+def test_no_nearest_plan_says_which_grid_was_searched(tmp_path, capsys) -> None:
+    # A GPipe plan of global batch 4 on dgx-a100: no layout over all 64 GPUs takes a batch of
+    # 4, and the message said "no uniform plan fits this cluster", though tp 2 × pp 2 × dp 2
+    # with 1F1B does.
+    plan = megatron_plan(load_model("tiny-moe"), load_cluster("dgx-a100"), tp=2, pp=2, dp=2,
+                         ep=2, micro_batch=1, global_batch=4, schedule="gpipe")
+    path = tmp_path / "gpipe.json"
+    plan.save(path)
+    code, out, err = run_cli(["export", str(path), "--to", "megatron"], capsys)
+    assert code == 2 and out == "", err
+    assert "no GPipe schedule" in err and "all the GPUs of one type" in err
+    assert "global batch 4" in err and len(err.strip().splitlines()) == 1

@@ -44,7 +44,13 @@ def export(
         text = export_plan(plan, to)
     except NotExpressible as exc:
         if exc.nearest is None:
-            raise HetplanError(f"{exc}; no uniform plan fits this cluster either") from None
+            # nearest_uniform tries layouts over all GPUs of one type only: a smaller uniform
+            # plan may well exist (a batch of 4 cannot spread over 64 GPUs).
+            msg = (f"{exc}; and no uniform layout over all the GPUs of one type of this "
+                   f"cluster fits (global batch {plan.global_batch_size}, one micro-batch per "
+                   "stage at least): write a uniform plan on fewer GPUs with "
+                   "`hetplan estimate MODEL CLUSTER --tp ...`")
+            raise HetplanError(msg) from None
         near, est = exc.nearest
         d = near.pipelines[0].stages
         shape = (f"the {d[0].gpu} GPUs of {near.cluster['name']}: TP {d[0].tp} × "
