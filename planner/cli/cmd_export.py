@@ -48,8 +48,8 @@ def export(
             # plan may well exist (a batch of 4 cannot spread over 64 GPUs).
             msg = (f"{exc}; and no uniform layout over all the GPUs of one type of this "
                    f"cluster fits (global batch {plan.global_batch_size}, one micro-batch per "
-                   "stage at least): write a uniform plan on fewer GPUs with "
-                   "`hetplan estimate MODEL CLUSTER --tp ...`")
+                   "stage at least); a uniform layout on fewer GPUs may fit (price one with "
+                   "`hetplan estimate MODEL CLUSTER --tp N --pp N --dp N`)")
             raise HetplanError(msg) from None
         near, est = exc.nearest
         d = near.pipelines[0].stages
