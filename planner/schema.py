@@ -9,6 +9,7 @@ micro-batches adding up to the global batch.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Literal
@@ -82,7 +83,7 @@ class Pipeline(_Frozen):
 
     microbatches: int = Field(ge=1, le=MAX_MICROBATCHES)
     stages: tuple[Stage, ...] = Field(min_length=1, max_length=MAX_LAYERS + 2)
-    shard_fraction: float | None = Field(default=None, gt=0, le=1)
+    shard_fraction: float | None = Field(default=None, gt=0, le=1, strict=True)
     """This replica's share of the ZeRO-sharded state of each layer it holds (absent: an even
     1 / pipelines). Decoupled from its batch share (`microbatches`, which follows speed): a GPU's
     shard can follow its memory instead (Cephalo, 2024, heterogeneous FSDP). Given on every
@@ -181,7 +182,10 @@ class Plan(_Frozen):
             err = exc.errors()[0]
             field = ".".join(str(p) for p in err["loc"]) or None
             msg = err["msg"].removeprefix("Value error, ")
-            if err["type"] == "less_than_equal":
+            bad = err.get("input")
+            if isinstance(bad, float) and not math.isfinite(bad):
+                msg = f"{bad} is not a finite number; write a number"
+            elif err["type"] == "less_than_equal" and type(err["ctx"]["le"]) is int:
                 msg = (f"{err['input']} is above hetplan's limit of "
                        f"{limit_text(err['ctx']['le'])}; check the plan file")
             raise SpecError(where, field, msg) from None

@@ -16,6 +16,7 @@ from rich.table import Table
 from planner.cli.main import app
 from planner.cli.options import FrameworkOption
 from planner.cli.output import console, print_json
+from planner.errors import HetplanError
 from planner.outfile import check_output
 
 __all__ = ["calibrate"]
@@ -32,11 +33,27 @@ def calibrate(
     json_out: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
     """Refit one achievable-efficiency scale per GPU type from measured iteration times."""
-    from planner.costing.calibrate import fit, load_runs, write_calibration
+    from planner.costing.calibrate import (
+        SCALE_BOUNDS,
+        fit,
+        load_runs,
+        scales_at_bound,
+        write_calibration,
+    )
 
     check_output(out, "--out")  # before the fit, not after it
     runs = load_runs(runs_file)
     result = fit(runs, framework)
+    pinned = scales_at_bound(result.scales)
+    if pinned:
+        # A scale at the search's bound is a clamp, not a fit: writing it would calibrate
+        # later estimates with a number the runs do not support.
+        shown = ", ".join(f"{n} at {result.scales[n]:g}" for n in pinned)
+        raise HetplanError(f"{runs_file}: the efficiency scale of {shown} stopped at the fit's "
+                           f"bound [{SCALE_BOUNDS[0]:g}, {SCALE_BOUNDS[1]:g}] (rms error "
+                           f"{result.rms_after_pct:.1f} % there): efficiency is not what "
+                           "separates these runs from the model; check that the times are "
+                           "seconds per iteration of these plans; nothing written")
     write_calibration(out, result, runs_file)
     absorbed = result.rms_after_pct <= ABSORBED_PCT
     worst = max(range(len(runs)),

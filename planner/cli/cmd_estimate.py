@@ -101,8 +101,29 @@ def _table(est: Any, title: str, plan: Any) -> Table:
     return t
 
 
+_LAYOUT_FLAGS = {"tp": "--tp", "pp": "--pp", "dp": "--dp", "micro_batch": "--micro-batch",
+                 "global_batch": "--global-batch", "recompute": "--recompute",
+                 "sequence_parallel": "--sequence-parallel", "schedule": "--schedule",
+                 "virtual_stages": "--virtual-stages", "layers_per_stage": "--layers-per-stage",
+                 "ep": "--ep", "cp": "--cp", "zero1": "--zero1", "zero": "--zero"}
+"""Flags that describe a layout: with a plan file, which states its own, they would be
+ignored (the plan's numbers printed as if for the flags)."""
+
+
+def _refuse_layout_flags(ctx: typer.Context, plan_path: str) -> None:
+    from typer._click.core import ParameterSource
+
+    given = [flag for name, flag in _LAYOUT_FLAGS.items()
+             if ctx.get_parameter_source(name) is ParameterSource.COMMANDLINE]
+    if given:
+        raise HetplanError(f"{', '.join(given)}: {plan_path} states its own layout, which "
+                           "estimate prices as it is; edit the plan file, or give MODEL CLUSTER "
+                           "with the flags")
+
+
 @app.command()
 def estimate(
+    ctx: typer.Context,
     model_or_plan: Annotated[str, typer.Argument(help="Model (zoo name / YAML / config.json) "
                                                  "or a plan JSON.")],
     cluster: Annotated[str | None, typer.Argument(help="Cluster (name or YAML); with a plan "
@@ -182,6 +203,7 @@ def estimate(
     profiles = load_profiles(profiles_files, shipped=not no_profiles)
     if is_plan_file(model_or_plan) or (model_or_plan.endswith(".json") and cluster is None):
         # A plan, priced on the cluster it embeds or on CLUSTER (checked against it).
+        _refuse_layout_flags(ctx, model_or_plan)
         checked = load_checked(model_or_plan, cluster, seq_len=seq_len)
         plan, graph = checked.plan, checked.graph
         fw = with_selective_ac(framework_named(framework, plan.predicted), selective_ac,

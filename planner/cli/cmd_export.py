@@ -29,7 +29,7 @@ def export(
         "--nearest-out", help="When refused: save the nearest expressible plan here.")] = None,
 ) -> None:
     """Print the plan as Megatron-LM arguments or a torchtitan TOML."""
-    from planner.cli.plan_file import load_plan
+    from planner.cli.plan_file import load_checked
     from planner.export import TARGETS, NotExpressible, export_plan
 
     if to not in TARGETS:
@@ -37,12 +37,20 @@ def export(
     for path, flag in ((out, "-o"), (nearest_out, "--nearest-out")):
         if path is not None:
             check_output(path, flag)
-    plan = load_plan(plan_file)
+    # Checked against its model and cluster like every command that reads a plan: a broken
+    # plan would otherwise be exported with only a "no prediction" comment.
+    plan = load_checked(plan_file).plan
     try:
         text = export_plan(plan, to)
     except NotExpressible as exc:
         if exc.nearest is None:
-            raise HetplanError(f"{exc}; no uniform plan fits this cluster either") from None
+            # nearest_uniform tries layouts over all GPUs of one type only: a smaller uniform
+            # plan may well exist (a batch of 4 cannot spread over 64 GPUs).
+            msg = (f"{exc}; and no uniform layout over all the GPUs of one type of this "
+                   f"cluster fits (global batch {plan.global_batch_size}, one micro-batch per "
+                   "stage at least); a uniform layout on fewer GPUs may fit (price one with "
+                   "`hetplan estimate MODEL CLUSTER --tp N --pp N --dp N`)")
+            raise HetplanError(msg) from None
         near, est = exc.nearest
         d = near.pipelines[0].stages
         shape = (f"the {d[0].gpu} GPUs of {near.cluster['name']}: TP {d[0].tp} × "

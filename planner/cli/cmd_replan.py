@@ -46,13 +46,13 @@ def replan(
     json_out: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
     """Re-plan after nodes are lost or added, moving as little training state as possible."""
-    from planner.cli.plan_file import load_plan
+    from planner.cli.plan_file import load_checked
     from planner.replanning import replan as run_replan
     from planner.report.plan_view import batch_line, plan_seq_len
 
     if out is not None:
         check_output(out, "-o")  # before the search, not after it
-    plan = load_plan(plan_file)
+    plan = load_checked(plan_file).plan  # a broken plan's error names its file
     measured = load_profiles(profiles)
     r = run_replan(plan, remove=remove or (), add=add or (), tolerance=tolerance,
                    framework=framework, profiles=measured)

@@ -20,8 +20,18 @@ def load_plan(path: str | Path) -> Plan:
     """`Plan.load`, with its note about an older spelling on stderr (stdout may be --json)."""
     import sys
 
+    from planner.errors import SpecError
+    from planner.graph.hf_config import looks_like_hf_config
+    from planner.input_files import load_json
     from planner.schema import Plan
 
+    data = load_json(path, str(path), what="plan", finite=False)
+    if isinstance(data, dict) and "pipelines" not in data and (
+            "architecture" in data or looks_like_hf_config(data)):
+        # Its own fields would be reported missing one by one ("global_batch_size").
+        raise SpecError(str(path), None, "is a model, not a plan; give a cluster too "
+                        "(`hetplan estimate MODEL CLUSTER --tp ...`) or write a plan with "
+                        "`hetplan plan MODEL CLUSTER -o plan.json`")
     return Plan.load(path, note=lambda line: print(line, file=sys.stderr))
 
 

@@ -34,10 +34,11 @@ from planner.input_files import (
 from planner.outfile import write_output
 
 __all__ = ["CalibrationFit", "MeasuredRun", "apply_calibration", "fit", "load_calibration",
-           "load_runs", "unused_scales", "write_calibration"]
+           "SCALE_BOUNDS", "load_runs", "scales_at_bound", "unused_scales", "write_calibration"]
 
 _LO, _HI = 0.1, 10.0
 """Bounds of a fitted scale: beyond them the constants are not what is wrong."""
+SCALE_BOUNDS = (_LO, _HI)
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +92,13 @@ def load_runs(path: Path) -> list[MeasuredRun]:
                 raise HetplanError(f"{path}: needs columns plan, measured_iteration_s (missing "
                                    f"{', '.join(sorted(missing))})")
             records = [(f"{path}:{i}", dict(r)) for i, r in enumerate(reader, 2)]
+            for where, rec in records:
+                if None in rec or None in rec.values():
+                    # DictReader files extra cells under None and fills missing ones with
+                    # None: the row does not line up with the header.
+                    raise HetplanError(f"{where}: {len(reader.fieldnames or ())} columns in "
+                                       "the header but not in this row; give each row one "
+                                       "value per column")
         except csv.Error as exc:
             raise HetplanError(f"{path}:{reader.line_num}: not CSV ({exc})") from None
     runs = []
@@ -100,6 +108,8 @@ def load_runs(path: Path) -> list[MeasuredRun]:
         plan_ref, raw = rec.get("plan"), rec.get("measured_iteration_s")
         if not plan_ref or raw in (None, ""):
             raise HetplanError(f"{where}: needs plan and measured_iteration_s")
+        if isinstance(raw, bool):  # float(true) would read as 1 second
+            raise HetplanError(f"{where}: measured_iteration_s {short(raw)} is not a number")
         try:
             measured = float(raw)  # type: ignore[arg-type]
         except (TypeError, ValueError):
@@ -120,6 +130,10 @@ def load_runs(path: Path) -> list[MeasuredRun]:
         if not plan.model or not plan.cluster:
             raise HetplanError(f"{where}: plan {plan_ref} does not embed its model and "
                                "cluster (write it with `hetplan plan -o`)")
+        from planner.costing.plan_check import check_plan
+
+        # Before the fit: a broken plan's error then names its row, not "plan".
+        check_plan(plan, where=f"{where}: plan {plan_ref}")
         runs.append(MeasuredRun(where, plan, measured))
     if not runs:
         raise HetplanError(f"{path}: no runs")
@@ -175,6 +189,12 @@ def fit(runs: list[MeasuredRun], framework: str | None = None,
     after = _predict(runs, scales, framework)
     apply_calibration({})
     return CalibrationFit(scales, before, after, tuple(r.measured_s for r in runs))
+
+
+def scales_at_bound(scales: dict[str, float]) -> list[str]:
+    """The GPU types whose fitted scale stopped at a bound of the search (`_LO`, `_HI`, to
+    the golden-section search's resolution): no scale inside the bounds fits their runs."""
+    return sorted(n for n, v in scales.items() if v <= _LO * 1.001 or v >= _HI / 1.001)
 
 
 def apply_calibration(scales: dict[str, float]) -> None:

@@ -470,7 +470,7 @@ def framework_named(name: str | None, plan_predicted: dict | None = None) -> Fra
     for (`framework_of`), else hetplan's. HetplanError (one line) for an unknown name."""
     from planner.errors import HetplanError
 
-    name = name or framework_of(plan_predicted)
+    name = framework_of(plan_predicted) if name is None else name  # "" is not a name
     if name not in FRAMEWORKS:
         raise HetplanError(f"--framework {name!r}: use one of {', '.join(FRAMEWORKS)}")
     return FRAMEWORKS[name]

@@ -128,7 +128,11 @@ def megatron_plan(model: Any, cluster: Cluster, *, tp: int, pp: int, dp: int, mi
         counts = even_split(n_layers, chunks)
     else:
         counts = list(layers_per_stage)
-        if len(counts) != chunks or any(c < 1 for c in counts) or sum(counts) != n_layers:
+        if any(c < 1 for c in counts):
+            raise HetplanError(
+                f"--layers-per-stage {','.join(map(str, counts))}: {min(counts)} layers in a "
+                "chunk; every chunk needs at least 1")
+        if len(counts) != chunks or sum(counts) != n_layers:
             raise HetplanError(
                 f"--layers-per-stage {','.join(map(str, counts))}: need {chunks} positive counts "
                 f"(pp {pp} × virtual stages {virtual_stages}) summing to {n_layers} layers "

@@ -97,7 +97,27 @@ def check_against(plan: Plan, graph: LayerGraph, cluster: Cluster, *,
                                 f"needs the sequence length {graph.seq_len} to divide by it; "
                                 "pick a TP degree that divides it or turn sequence_parallel off")
             _check_context(st, plan.sequence_parallel, graph, field, where)
+            _check_experts(st, graph, field, where)
     return rank_node
+
+
+def _check_experts(st: Any, graph: LayerGraph, field: str, where: str) -> None:
+    """Expert parallelism splits each routed-expert layer's experts evenly over ep GPUs, so
+    ep must divide the expert count of every expert layer in its stage (a stage of dense
+    layers only may carry the plan's ep: Megatron-style plans set it on every stage); a
+    model without experts has nothing to split."""
+    ep = st.ep or 1
+    if ep == 1:
+        return
+    start, end = st.layers
+    for layer in graph.layers[start:end]:
+        if layer.num_experts and layer.num_experts % ep:
+            raise SpecError(where, f"{field}.ep", f"ep {ep} does not divide the "
+                            f"{layer.num_experts} experts of layer {layer.name}; use a divisor "
+                            f"of {layer.num_experts}")
+    if not any(layer.num_experts for layer in graph.layers):
+        raise SpecError(where, f"{field}.ep", f"ep {ep} but model {graph.name} has no routed "
+                        "experts; drop ep (or set it to 1)")
 
 
 def _check_context(st: Any, sequence_parallel: bool, graph: LayerGraph, field: str,

@@ -100,6 +100,12 @@ def uniform_shape(plan: Plan) -> UniformShape | str:
     if len(eps) > 1:
         return (f"per-stage expert parallelism: stages holding experts use ep "
                 f"{', '.join(map(str, eps))}; the framework has one expert-parallel degree")
+    fractions = plan.shard_fractions
+    if max(fractions) - min(fractions) > 1e-9:
+        shown = ", ".join(f"{f:g}" for f in fractions[:4]) + (", ..." if len(fractions) > 4
+                                                               else "")
+        return (f"uneven ZeRO shards: pipelines hold shard fractions {shown}; the framework "
+                "shards the state evenly over DP")
     modes = sorted({st.recompute for st in stages})
     if len(modes) > 1:
         return (f"per-stage recompute: stages use {', '.join(modes)}; the framework applies "

@@ -65,6 +65,29 @@ def _need(data: dict[str, Any], key: str, where: str) -> Any:
     return data[key]
 
 
+def _flag(data: dict[str, Any], key: str, default: bool, where: str) -> bool:
+    """A true/false field (absent or null: `default`). bool("false") is True: a quoted or
+    numeric value would be read the opposite way, so it is refused."""
+    value = data.get(key)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise SpecError(where, key, f"{value!r:.40} is not true or false; write it as one")
+    return value
+
+
+def _shared_experts(data: dict[str, Any], where: str) -> int:
+    """DeepSeek's `n_shared_experts` (absent or null: none), a whole count: it multiplies
+    `moe_intermediate_size`, where a text or a boolean would repeat or pass for 1."""
+    value = data.get("n_shared_experts")
+    if value is None:
+        return 0
+    if type(value) is not int or value < 0:
+        raise SpecError(where, "n_shared_experts", f"{value!r:.40} is not a whole number of "
+                        "shared experts (0 or more)")
+    return value
+
+
 def _gpt_ffn(data: dict[str, Any], keys: _GptKeys, where: str) -> Any:
     if keys.ffn_required:
         return _need(data, keys.ffn, where)
@@ -89,15 +112,15 @@ def _moe_fields(data: dict[str, Any], model_type: str, where: str) -> dict[str, 
         return {"num_experts": _need(data, "num_experts", where), "num_experts_per_tok": k,
                 "moe_ffn_hidden_size": width, "shared_expert_ffn_hidden_size": shared,
                 "shared_expert_gate": bool(shared),
-                "norm_topk_prob": bool(data.get("norm_topk_prob", False))}
+                "norm_topk_prob": _flag(data, "norm_topk_prob", False, where)}
     if data.get("moe_layer_freq", 1) != 1:
         raise SpecError(where, "moe_layer_freq", "only every block after first_k_dense_replace "
                         "being a mixture-of-experts block is modelled (moe_layer_freq 1)")
     return {"num_experts": _need(data, "n_routed_experts", where), "num_experts_per_tok": k,
             "moe_ffn_hidden_size": width,
-            "shared_expert_ffn_hidden_size": width * (data.get("n_shared_experts") or 0),
+            "shared_expert_ffn_hidden_size": width * _shared_experts(data, where),
             "first_dense_layers": data.get("first_k_dense_replace", 0) or 0,
-            "norm_topk_prob": bool(data.get("norm_topk_prob", False))}
+            "norm_topk_prob": _flag(data, "norm_topk_prob", False, where)}
 
 
 def from_hf_config(data: dict[str, Any], where: str, *, default_name: str) -> dict[str, Any]:
@@ -119,10 +142,10 @@ def from_hf_config(data: dict[str, Any], where: str, *, default_name: str) -> di
             "num_layers": _need(data, "num_hidden_layers", where),
             "num_attention_heads": heads,
             # None: ModelSpec's default, one KV head per attention head (no GQA).
-            "num_kv_heads": data.get("num_key_value_heads") or None,
+            "num_kv_heads": data.get("num_key_value_heads"),
             "ffn_hidden_size": _need(data, "intermediate_size", where),
             "vocab_size": _need(data, "vocab_size", where),
-            "tie_embeddings": bool(data.get("tie_word_embeddings", False)),
+            "tie_embeddings": _flag(data, "tie_word_embeddings", False, where),
             "norm_eps": data.get("rms_norm_eps", 1e-6),
             "rope_theta": data.get("rope_theta", 10000.0),
         }
@@ -140,7 +163,7 @@ def from_hf_config(data: dict[str, Any], where: str, *, default_name: str) -> di
             "num_attention_heads": _need(data, keys.heads, where),
             "ffn_hidden_size": _gpt_ffn(data, keys, where),
             "vocab_size": _need(data, "vocab_size", where),
-            "tie_embeddings": bool(data.get("tie_word_embeddings", True)),
+            "tie_embeddings": _flag(data, "tie_word_embeddings", True, where),
         }
         if keys.norm_eps is not None:
             out["norm_eps"] = data.get(keys.norm_eps, 1e-5)

@@ -74,6 +74,9 @@ def load_model_spec(path_or_name: str | Path, *, seq_len: int | None = None,
     if not isinstance(data, dict):
         kind = type(data).__name__ if data is not None else "nothing"
         raise SpecError(where, None, f"expected a mapping of model fields, got {kind}")
+    if "pipelines" in data and "architecture" not in data:
+        raise SpecError(where, None, "is a plan file, not a model; `hetplan estimate` or "
+                        "`simulate` take a plan, and the model it embeds is its `model`")
     line = None
     if looks_like_hf_config(data):
         fields = from_hf_config(data, where, default_name=_hf_default_name(path, data))
