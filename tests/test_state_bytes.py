@@ -57,10 +57,11 @@ def test_zero1_slices_bf16_keep_the_slice_master() -> None:
 def test_fsdp2_bf16_fp32_shards_and_gathered_16_bit_weights(zero: int) -> None:
     # ZeRO-3: the running and prefetched layers gathered in 16 bits with 16-bit gradients;
     # ZeRO-2 (reshard only after the last backward): every weight of the stage gathered in
-    # 16 bits through the step, one layer's 16-bit gradients. No autocast copies, no master.
+    # 16 bits through the step (its norms in fp32, runtime/fsdp.py), one layer's 16-bit
+    # gradients. No autocast copies, no master.
     gathered = 2 * LARGEST if zero == 3 else LARGEST
     w, g, o = _parts("bf16", zero, DP, gathered)
-    assert w == pytest.approx(4 * P / DP + 2 * (gathered if zero == 3 else P))
+    assert w == pytest.approx(4 * P / DP + (2 * gathered if zero == 3 else 2 * G + 4 * (P - G)))
     assert g == pytest.approx(4 * P / DP + 2 * gathered)
     assert o == pytest.approx(8 * P / DP)
 
@@ -111,3 +112,30 @@ def test_measured_gemm_params_are_the_projections_and_the_head() -> None:
     tiny = extract(load_model_spec("tiny"))
     assert tiny.layers[-1].tied_params == tiny.layers[-1].gemm_params == 256 * 64
     assert tiny.layers[0].gemm_params == 0
+
+
+def test_fsdp2_zero2_gathers_norms_and_token_tables_in_fp32() -> None:
+    # runtime/fsdp.py shards the norms and the token table on their own with fp32 weights:
+    # through a ZeRO-2 step the stage holds its GEMM weights gathered in 16 bits and every
+    # other weight (the table, the norms, the biases are GEMM operands) at 4 B.
+    graph = gpt_graph(h=H, layers=2)
+    cost = stage_cost(graph, 0, 3, gpu(), 1, 1, "none", precision="bf16",
+                      profiles=ProfileSet(), framework=HETPLAN_RUNTIME)
+    table = graph.layers[0].params
+    assert cost.params_per_gpu == table + P
+    mem = stage_memory(cost, 0, DP, 2, LARGEST)
+    whole = 2 * G + 4 * (table + P - G)
+    assert mem.weights_gib * GIB == pytest.approx(4 * (table + P) / DP + whole)
+
+
+def test_zero3_gathered_token_table_counts_its_fp32_bytes() -> None:
+    # ZeRO-3's gathered layers in 16-bit parameters: a token table gathered in fp32 counts
+    # twice its parameters, a block its non-GEMM weights twice; other stacks' weights once.
+    from planner.costing.estimate import _gathered_count
+
+    graph = gpt_graph(h=H, layers=2)
+    embed, block = graph.layers[0], graph.layers[1]
+    assert _gathered_count(embed, 1, 1, HETPLAN_RUNTIME, True) == 2 * embed.params
+    assert _gathered_count(block, 1, 1, HETPLAN_RUNTIME, True) == 2 * block.params - G // 2
+    assert _gathered_count(embed, 1, 1, HETPLAN_RUNTIME, False) == embed.params
+    assert _gathered_count(embed, 1, 1, MEGATRON_CORE, True) == embed.params

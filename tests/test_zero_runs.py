@@ -47,11 +47,15 @@ def test_identical_replicas_keep_their_zero_stage() -> None:
     """Identical replicas run FSDP2: ZeRO-2 sheds gradients, ZeRO-3 shards weights too."""
     levels = {z: _memory(_llama(_SAME, z)) for z in (1, 2, 3)}
     for (_, _, m1), (_, _, m2), (_, _, m3) in zip(levels[1], levels[2], levels[3], strict=True):
-        # ZeRO-1 on the slices holds fp32 gradients whole (4 B/param); FSDP2's ZeRO-2 holds
-        # half the fp32 weights (DP 2) and every weight gathered in bf16 through the step.
+        # ZeRO-1 on the slices holds fp32 gradients whole (4 B/param) and fp32 weights plus
+        # one bf16 copy of each GEMM weight; FSDP2's ZeRO-2 holds half the fp32 weights (DP 2)
+        # and every weight gathered through the step: GEMM weights in bf16, the token table
+        # and norms in fp32 (runtime/fsdp.py).
         params_gib = m1.gradients_gib / 4
+        gemm_gib = (m1.weights_gib - 4 * params_gib) / 2
         assert m2.gradients_gib < m1.gradients_gib
-        assert m2.weights_gib == pytest.approx(4 * params_gib / 2 + 2 * params_gib, rel=1e-9)
+        assert m2.weights_gib == pytest.approx(
+            4 * params_gib / 2 + 2 * gemm_gib + 4 * (params_gib - gemm_gib), rel=1e-9)
         # ZeRO-3: a shard of the weights plus the largest layer gathered whole (tiny layers:
         # more than ZeRO-2's whole weights here), so only that it is priced apart is checked.
         assert m3.weights_gib != m2.weights_gib

@@ -57,10 +57,11 @@ def test_estimate_zero3_needs_less_memory_than_zero1_and_zero1_alias(
     # Adam moments (12 B) and the autocast copy of every GEMM weight (2 B; all but the
     # 128,256 × 8,192 embedding table and the norms). ZeRO-3 (FSDP2) keeps a 64th of fp32
     # weights, gradients and moments (4 + 4 + 8 B, no master), but holds its largest layer
-    # (the 128,256 × 8,192 head) gathered in 16 bits twice over (running and prefetched),
-    # with 16-bit gradients; activations are the same.
+    # (the 128,256 × 8,192 token table, gathered in fp32: twice its parameters in 16-bit
+    # ones) twice over (running and prefetched), with gradients alike; activations are the
+    # same.
     params, table = 70.55e9, 128_256 * 8_192
-    gathered = 2 * table * (2 + 2)
+    gathered = 2 * (2 * table) * (2 + 2)
     z1_state = 8 * params + 12 * params / 64 + 2 * (params - table)
     z3_state = 16 * params / 64 + gathered
     assert z1 - z3 == pytest.approx((z1_state - z3_state) / 2**30, rel=0.01)

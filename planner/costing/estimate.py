@@ -40,11 +40,11 @@ from planner.costing.links import a2a_link, cp_ring_link
 from planner.costing.plan_check import check_against
 from planner.costing.resolve import resolve_cluster, resolve_model
 from planner.costing.result import Estimate, StageEstimate
-from planner.costing.stage_cost import StageCost, stage_cost, tp_split
+from planner.costing.stage_cost import StageCost, gemm_params_per_gpu, stage_cost, tp_split
 from planner.costing.stage_memory import shardable_gib, stage_memory
 from planner.costing.zero_runs import priced_zero_stages
 from planner.errors import ArgumentTypeError, SpecError
-from planner.graph.layers import LayerGraph
+from planner.graph.layers import Layer, LayerGraph
 from planner.schema import Plan
 from planner.simulate import StageTiming, simulate
 
@@ -292,7 +292,8 @@ def _priced(layout: _Layout, plan: Plan, overlap_dp: bool, framework: Framework)
             worst_sync = max(worst_sync, exposed[d.index])
             worst_opt = max(worst_opt, opt[d.index])
             merged = layout.merged[p][d.index]
-            gathered = _gathered_params(graph, plan, d, framework, zd[d.index], shard)
+            gathered = _gathered_params(graph, plan, d, framework, zd[d.index], shard,
+                                        merged.gathered_bytes_per_param == 2)
             whole_stage = (zd[d.index] >= 3 and shard > 1 and len(devs) > 1
                            and framework.fsdp_whole_stage_under_pp)
             if whole_stage:  # every weight gathered, every gradient accumulated in fp32
@@ -329,25 +330,39 @@ def _simulate(chunks: tuple[StageTiming, ...], microbatches: int, schedule: str,
 
 
 def _gathered_params(graph: LayerGraph, plan: Plan, d: _Device, framework: Framework,
-                     zero: int, shard: int) -> float:
+                     zero: int, shard: int, sixteen_bit: bool = False) -> float:
     """Parameters per GPU held whole at once beyond the shards (`stage_memory`): ZeRO-3 the
     largest layer running and the next prefetched; FSDP2 at ZeRO-2 under fp32 parameters
     (hetplan's runtime, whose every weight stays gathered through the step) one layer's
     gradient, whole before its reduce-scatter."""
     if shard <= 1 or zero < 2 or (zero == 2 and not framework.fp32_params):
         return 0.0
-    return _largest_layer_params(graph, plan, d, framework) * (2 if zero >= 3 else 1)
+    return _largest_layer_params(graph, plan, d, framework, sixteen_bit) * (2 if zero >= 3
+                                                                             else 1)
 
 
 def _largest_layer_params(graph: LayerGraph, plan: Plan, d: _Device,
-                          framework: Framework) -> float:
+                          framework: Framework, sixteen_bit: bool = False) -> float:
     """Parameters per GPU of the device's largest layer: ZeRO-3 holds it whole while it runs
-    and the next one as it is prefetched."""
+    and the next one as it is prefetched. `sixteen_bit`: counted in 16-bit parameters of
+    FSDP2's gathers over fp32 parameters (`_gathered_count`)."""
     stages = plan.pipelines[d.pipeline].stages
-    return max((params_per_gpu(layer, d.tp if tp_split(layer, framework, d.tp) else 1, d.ep)
+    return max((_gathered_count(layer, d.tp, d.ep, framework, sixteen_bit)
                 for j in d.chunks
                 for layer in graph.layers[stages[j].layers[0]:stages[j].layers[1]]),
                default=0.0)
+
+
+def _gathered_count(layer: Layer, tp: int, ep: int, framework: Framework,
+                    sixteen_bit: bool) -> float:
+    """The layer's parameters per GPU, in 16-bit parameters of FSDP2's gathers where hetplan's
+    runtime gathers GEMM weights in the plan's 16-bit dtype but norms and token tables in fp32
+    (runtime/fsdp.py): those count twice (an embedding twice its parameters)."""
+    ts = tp if tp_split(layer, framework, tp) else 1
+    params = params_per_gpu(layer, ts, ep)
+    if not (sixteen_bit and framework.fp32_params):
+        return params
+    return 2 * params - min(params, gemm_params_per_gpu(layer, tp, ep, framework))
 
 
 def _stage_row(plan: Plan, d: _Device, merged: StageCost, max_inflight: int, s_count: int,

@@ -77,7 +77,10 @@ def stage_memory(cost: StageCost, inflight_microbatches: float, zero1_dp: int = 
         grads += gathered_params * (gathered if gathered_grad_bytes is None
                                     else gathered_grad_bytes)
     elif fsdp:  # ZeRO-2 on FSDP2: resharded only after the step's last backward
-        weights += cost.params_per_gpu * gathered
+        # GEMM weights at the 16-bit param_dtype; norms and token tables stay fp32
+        # (runtime/fsdp.py), at the fp32 parameters' own bytes.
+        gemm = cost.autocast_bytes_per_gpu / gathered if gathered else 0.0
+        weights += gemm * gathered + (cost.params_per_gpu - gemm) * per_param
         grads += gathered_params * gathered
     optimizer = opt - (opt - expert_opt) * shed - expert_opt * (1 - 1 / expert_dp)
     # The gathered K/V of context parallelism is inside the activations and the transient
