@@ -28,6 +28,10 @@ def _group_elements(plan: Plan) -> dict[tuple[int, ...], set[int]]:
     return out
 
 
+def _group_gpus(plan: Plan) -> dict[tuple[int, ...], str]:
+    return {tuple(sorted(st.ranks)): st.gpu for pipe in plan.pipelines for st in pipe.stages}
+
+
 def uneven_fractions(plan: Plan) -> bool:
     """Some replica keeps a share of the sharded state other than 1 / replicas."""
     fractions = [p.shard_fraction for p in plan.pipelines]
@@ -57,13 +61,18 @@ def fsdp_layout(plan: Plan, elements: Mapping[Hashable, tuple[int, ...]],
     expert = {e for pipe in plan.pipelines for st in pipe.stages if (st.ep or 1) > 1
               for e in range(*st.layers)}
     held = _group_elements(plan)
+    gpus = _group_gpus(plan)
     out: FsdpLayout = {}
     for elems in held.values():
         replicas = {element_holders(plan, e) for e in elems}
         if len(replicas) != 1:
             continue
         (reps,) = replicas
+        # Replicas on different GPU types may train in different 16-bit dtypes (bf16 where
+        # supported, else fp16: runtime/precision.py), and FSDP2 gathers in each rank's own
+        # param_dtype: same-sized bytes read as the other dtype. One GPU type per group.
         if (len(reps) < 2 or len({len(g) for g in reps}) != 1
+                or len({gpus[g] for g in reps}) != 1
                 or any(held[g] != elems for g in reps)
                 or (to_torch is not None and not mesh_in_rank_order(reps, to_torch))):
             continue
