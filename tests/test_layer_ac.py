@@ -82,7 +82,7 @@ def test_only_torchtitan_takes_the_option() -> None:
         with_selective_ac(MEGATRON_CORE, "2", True)
     with pytest.raises(HetplanError, match="selective recompute"):
         with_selective_ac(TORCHTITAN, "2", False)
-    for bad in ("0", "-1", "x", "2.5"):
+    for bad in ("0", "-1", "x", "2.5", "²"):
         with pytest.raises(HetplanError, match="block interval"):
             with_selective_ac(TORCHTITAN, bad, True)
 

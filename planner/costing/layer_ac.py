@@ -104,7 +104,7 @@ def with_selective_ac(fw: Framework, option: str | None, uses_selective: bool) -
                            "selective)")
     if text == "op":
         return dataclasses.replace(fw, sac_policy="torchtitan-op")
-    if not text.isdigit() or int(text) < 1 or int(text) > MAX_LAYERS:
+    if not (text.isascii() and text.isdigit()) or int(text) < 1 or int(text) > MAX_LAYERS:
         raise HetplanError(f"--selective-ac {option!r}: use op or a block interval N from 1 "
                            f"to {MAX_LAYERS} (every N-th block fully checkpointed)")
     return dataclasses.replace(fw, sac_policy="torchtitan-layer", sac_every=int(text))

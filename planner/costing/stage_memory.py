@@ -73,7 +73,11 @@ def stage_memory(cost: StageCost, inflight_microbatches: float, zero1_dp: int = 
     if zero >= 3 or fsdp:  # FSDP2 shards the fp32 parameters at ZeRO-2 too
         weights -= half_shed
     if zero >= 3:
-        weights += gathered_params * gathered  # the gathered layers' weights and gradients
+        # The gathered layers' weights and gradients. Under hetplan's FSDP2 (one root per
+        # chunk, runtime/fsdp.py) a backward holds one layer's 16-bit gradient and its fp32
+        # reduce-scatter input (6 B per parameter; tests/test_runtime_fsdp_root.py); the two
+        # layers' 2 B here price 4 of them, or all 8 where the largest is an fp32 token table.
+        weights += gathered_params * gathered
         grads += gathered_params * (gathered if gathered_grad_bytes is None
                                     else gathered_grad_bytes)
     elif fsdp:  # ZeRO-2 on FSDP2: resharded only after the step's last backward

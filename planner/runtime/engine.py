@@ -27,7 +27,13 @@ from planner.runtime.experts import (
     ep_position,
     expert_rules,
 )
-from planner.runtime.fsdp import fsdp_groups, fsdp_layout, fsdp_mesh, shard_elements
+from planner.runtime.fsdp import (
+    fsdp_groups,
+    fsdp_layout,
+    fsdp_mesh,
+    shard_chunk,
+    shard_elements,
+)
 from planner.runtime.grads import clip_grad_norm, local_tensor, sync_gradients, sync_rules
 from planner.runtime.scaler import LossScaler
 from planner.runtime.schedule import Action, pipeline_actions
@@ -240,6 +246,15 @@ class Runner:
         self.fsdp_chunks = [shard_elements([chain[e] for e in range(*ch.layers) if e in fsdp],
                                            dp_mesh, plan.zero_stage, autocast)
                             if dp_mesh is not None else [] for ch in view.chunks]
+        # A chunk FSDP2 shards whole runs under one FSDP2 root (`shard_chunk`).
+        self.roots = [shard_chunk(self.chunks[v], [chain[e] for e in range(*ch.layers)],
+                                  dp_mesh, plan.zero_stage)
+                      if dp_mesh is not None and self.fsdp_chunks[v]
+                      and all(e in fsdp for e in range(*ch.layers)) else None
+                      for v, ch in enumerate(view.chunks)]
+        for v, root in enumerate(self.roots):
+            if root is not None:
+                self.fsdp_chunks[v].append(root)
         self.last_backward = {v: max(i for i, (k, u, _) in enumerate(
             _actions(plan, view.pipeline)[view.group]) if k == "B" and u == v)
             for v in range(len(view.chunks))}
@@ -293,11 +308,11 @@ class Runner:
         here = self.view.chunks[v]
         if c == 0:
             x = None
-            out = self.chunks[v](ins[m])
+            out = self._run(v, ins[m])
         else:
             src = forward_peers(self._chunk(c - 1), here, self.rank)[0]
             x = self.channel.recv(("F", c - 1, m), src).requires_grad_()
-            out = self.chunks[v](x)
+            out = self._run(v, x)
         if c == last:
             with self._loss_context():
                 # A cp rank's loss is the mean over its 1/cp of the tokens: the cp ranks'
@@ -307,6 +322,10 @@ class Runner:
         for dst in forward_peers(here, self._chunk(c + 1), self.rank):
             self.channel.send(("F", c, m), out, dst)
         return x, out
+
+    def _run(self, v: int, x: torch.Tensor) -> torch.Tensor:
+        root = self.roots[v]
+        return root(x) if root is not None else self.chunks[v](x)
 
     def _backward(self, v: int, c: int, m: int, last: int, x: torch.Tensor | None,
                   out: torch.Tensor) -> None:
