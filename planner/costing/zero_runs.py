@@ -1,7 +1,7 @@
 """The ZeRO stage each stage of a plan is priced at: the stage hetplan's runtime really runs.
 
 hetplan's runtime runs ZeRO-2/3 with FSDP2 only on the chain elements it can shard evenly
-(`planner/runtime/fsdp_layout.py`: identical replicas, even shards, no expert- or
+(`planner/runtime/fsdp_layout.py`: identical replicas on one GPU type, even shards, no expert- or
 context-parallel stage, no weight tied across elements). Every other element stays on the
 runtime's own slices (`runtime/zero.py`), which reduce-scatter gradients once, after the step's
 last backward: weights and gradients are whole through the backward and the reduction is not
@@ -74,6 +74,6 @@ def zero_downgrade_note(plan: Plan, levels: tuple[tuple[int, ...], ...],
                 "hetplan (FSDP2), ZeRO-2/3 is priced as asked")
     return (f"zero {plan.zero_stage}: {low} of {len(flat)} stages priced at ZeRO-1's memory: "
             "hetplan's runtime shards them on its own slices, which hold gradients and weights "
-            "whole through the backward (FSDP2 needs identical replicas, even shards, no "
-            "expert- or context-parallel stage, no tied weight and replicas numbered in node "
-            "order)")
+            "whole through the backward (FSDP2 needs identical replicas on one GPU type, even "
+            "shards, no expert- or context-parallel stage, no tied weight and replicas "
+            "numbered in node order)")
