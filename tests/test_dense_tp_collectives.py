@@ -12,32 +12,13 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
-import torch
 
 import planner
 from planner.costing.framework import HETPLAN_RUNTIME
 from planner.graph.load_spec import load_model_spec
-from planner.models import build_element
 from planner.runtime.local import run_local
-from planner.runtime.stage import apply_tp
-from tests.test_block_activations import fake_tp
-from tests.test_moe_tp_collectives import _LINK, _TP, _collectives, _priced
+from tests.test_moe_tp_collectives import _LINK, _TP, _priced, _worker
 from tests.test_moe_tp_collectives import _comm_s as layer_comm_s
-
-
-def _worker(rank: int, world: int, store_dir: str, name: str, tp: int,
-            sp: bool) -> tuple[list[tuple[str, int]], list[tuple[str, int]]]:
-    spec = load_model_spec(name)
-    torch.manual_seed(0)
-    block = build_element(spec, 1, device="cpu")  # chain element 1: the first block
-    with fake_tp(tp) as mesh:
-        assert apply_tp(block, mesh, "block", sp) == sp
-        rows = spec.seq_len // tp if sp else spec.seq_len  # SP: this rank's sequence slice
-        x = torch.randn(1, rows, spec.hidden_size, requires_grad=True)
-        out: dict[str, torch.Tensor] = {}
-        fwd = _collectives(lambda: out.update(y=block(x)), tp)
-        bwd = _collectives(lambda: out["y"].sum().backward(), tp)
-        return fwd, bwd
 
 
 def _comm_s(name: str, sp: bool) -> tuple[float, float]:
@@ -54,7 +35,7 @@ def test_a_dense_block_runs_the_two_collectives_each_way_it_is_priced_for(name: 
     # backward ran 5 s·h all-reduces (q, k, v, w1, w3; with SP 5 all-reduces + 2 all-gathers)
     # and tiny 4 (q, k, v, fc1), against 2 priced: fp32 TP 2 at 50 GB/s, 7 µs, 28.3 µs
     # priced vs 70.8 µs (tiny-llama) and 56.6 µs (tiny) counted.
-    fwd, bwd = run_local(_worker, 1, name, _TP, sp)[0]
+    fwd, bwd = run_local(_worker, 1, 1, _TP, sp, name)[0]  # element 1: the first block
     spec = load_model_spec(name)
     whole = spec.seq_len * spec.hidden_size
     if sp:  # Megatron-SP: gather each branch's input, reduce-scatter its output; backward

@@ -54,8 +54,11 @@ def _collectives(run: Any, tp: int) -> list[tuple[str, int]]:
 
 
 def _worker(rank: int, world: int, store_dir: str, element: int, tp: int,
-            sp: bool) -> tuple[list[tuple[str, int]], list[tuple[str, int]]]:
-    spec = load_model_spec("tiny-moe")
+            sp: bool, name: str = "tiny-moe") -> tuple[list[tuple[str, int]],
+                                                       list[tuple[str, int]]]:
+    """The c10d collectives of chain element `element` of `name` under TP (SP optional),
+    forward and backward."""
+    spec = load_model_spec(name)
     torch.manual_seed(0)
     block = build_element(spec, element, device="cpu")
     with fake_tp(tp) as mesh:

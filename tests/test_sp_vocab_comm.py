@@ -28,34 +28,21 @@ from planner.costing.links import link_of_kind
 from planner.costing.stage_cost import stage_cost
 from planner.graph.extract import extract
 from planner.graph.load_spec import load_model_spec
-from planner.models import build_element, loss_fn
+from planner.models import build_element
 from planner.runtime.local import run_local
 from tests.test_block_activations import fake_tp
 from tests.test_cost_fixtures import gpu
+from tests.test_moe_tp_collectives import _collectives as collectives
+from tests.test_vocab_tp_pricing import embedding_and_head_passes
 
-_KINDS = {"_c10d_functional::all_reduce": "ar",
-          "_c10d_functional::all_gather_into_tensor": "ag",
-          "_c10d_functional::reduce_scatter_tensor": "rs"}
+_KINDS = {"all_reduce": "ar", "all_gather_into_tensor": "ag", "reduce_scatter_tensor": "rs"}
 _SLOW, _FAST = 10.0, 100.0  # GB/s: the two link speeds whose price difference is compared
 
 
 def _collectives(run: Any, tp: int) -> list[tuple[str, int]]:
     """(kind, elements of the whole tensor) of each all-reduce, all-gather (its gathered
     result) and reduce-scatter (its unreduced input) that `run()` issues."""
-    from torch.profiler import ProfilerActivity, profile
-
-    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
-        run()
-    found = []
-    for e in prof.events():
-        kind = _KINDS.get(e.name)
-        if kind is None:
-            continue
-        n = 1
-        for d in e.input_shapes[0]:
-            n *= d
-        found.append((kind, n * tp if kind == "ag" else n))
-    return found
+    return [(_KINDS[kind], n) for kind, n in collectives(run, tp)]
 
 
 def _torchtitan_worker(rank: int, world: int, store_dir: str,
@@ -66,7 +53,6 @@ def _torchtitan_worker(rank: int, world: int, store_dir: str,
         ColwiseParallel,
         RowwiseParallel,
         SequenceParallel,
-        loss_parallel,
         parallelize_module,
     )
 
@@ -85,20 +71,7 @@ def _torchtitan_worker(rank: int, world: int, store_dir: str,
         # The last block hands on its sequence slice (RowwiseParallel(output_layouts=Shard(1))
         # with a local output), which the final norm takes as this rank's Shard(1).
         x = torch.randn(1, spec.seq_len // tp, spec.hidden_size, requires_grad=True)
-        out: dict[str, torch.Tensor] = {}
-
-        def head_fwd() -> None:
-            with loss_parallel():
-                out["head"] = loss_fn(head(x), ids)
-
-        def head_bwd() -> None:
-            with loss_parallel():
-                out["head"].backward()
-
-        emb_fwd = _collectives(lambda: out.update(emb=emb(ids)), tp)
-        emb_bwd = _collectives(lambda: out["emb"].sum().backward(), tp)
-        return {"embedding": (emb_fwd, emb_bwd),
-                "head": (_collectives(head_fwd, tp), _collectives(head_bwd, tp))}
+        return embedding_and_head_passes(emb, head, ids, x, lambda run: _collectives(run, tp))
 
 
 def _price(kind: str, elements: int, tp: int, gb_per_s: float) -> float:

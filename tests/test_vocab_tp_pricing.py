@@ -25,6 +25,7 @@ from planner.runtime.local import run_local
 from planner.runtime.stage import apply_vocab_tp
 from tests.test_block_activations import composite_norm_bytes, fake_tp
 from tests.test_cost_fixtures import gpu
+from tests.test_moe_tp_collectives import _collectives as collectives
 
 
 def _local(t: torch.Tensor) -> torch.Tensor:
@@ -115,45 +116,41 @@ def test_each_tp_rank_holds_the_position_table_and_final_norm_whole(name: str) -
         assert cost.params_per_gpu == n, (start, n)
 
 
-def _collectives(run: Any) -> list[int]:
+def _all_reduces(run: Any) -> list[int]:
     """Elements of each c10d all-reduce `run()` issues (the profiler sees the ones DTensor's
     loss handlers issue from inside its dispatch too)."""
-    from torch.profiler import ProfilerActivity, profile
+    return [n for kind, n in collectives(run, 1) if kind == "all_reduce"]
 
-    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
-        run()
-    sizes = []
-    for e in prof.events():
-        if e.name == "_c10d_functional::all_reduce":
-            n = 1
-            for d in e.input_shapes[0]:
-                n *= d
-            sizes.append(n)
-    return sizes
+
+def embedding_and_head_passes(emb: Any, head: Any, ids: torch.Tensor, x: torch.Tensor,
+                              count: Any) -> dict[str, tuple[Any, Any]]:
+    """`count(run)` of the embedding's and the head's forward and backward (the head's loss
+    and its backward under loss_parallel, as the runtime's last stage runs them)."""
+    from torch.distributed.tensor.parallel import loss_parallel
+
+    out: dict[str, torch.Tensor] = {}
+
+    def head_fwd() -> None:
+        with loss_parallel():
+            out["head"] = loss_fn(head(x), ids)
+
+    def head_bwd() -> None:
+        with loss_parallel():
+            out["head"].backward()
+
+    return {"embedding": (count(lambda: out.update(emb=emb(ids))),
+                          count(lambda: out["emb"].sum().backward())),
+            "head": (count(head_fwd), count(head_bwd))}
 
 
 def _collectives_worker(rank: int, world: int, store_dir: str,
                         tp: int) -> dict[str, tuple[list[int], list[int]]]:
     """The all-reduces tiny-llama's split embedding and head run, per pass."""
-    from torch.distributed.tensor.parallel import loss_parallel
-
     with fake_tp(tp) as mesh:
         spec, emb, head = _split("tiny-llama", tp, mesh)
         ids = torch.randint(0, spec.vocab_size, (1, spec.seq_len))
         x = torch.randn(1, spec.seq_len, spec.hidden_size, requires_grad=True)
-        out: dict[str, torch.Tensor] = {}
-
-        def head_fwd() -> None:
-            with loss_parallel():
-                out["head"] = loss_fn(head(x), ids)
-
-        def head_bwd() -> None:
-            with loss_parallel():
-                out["head"].backward()
-
-        return {"embedding": (_collectives(lambda: out.update(emb=emb(ids))),
-                              _collectives(lambda: out["emb"].sum().backward())),
-                "head": (_collectives(head_fwd), _collectives(head_bwd))}
+        return embedding_and_head_passes(emb, head, ids, x, _all_reduces)
 
 
 def test_each_pass_prices_the_collectives_it_runs() -> None:
