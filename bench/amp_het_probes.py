@@ -31,8 +31,8 @@ from scipy.stats import spearmanr  # noqa: E402
 from cost_models.profiles import ProfileRow, ProfileSet, default_profiles  # noqa: E402
 from planner.cluster import cluster_from_dict, load_cluster  # noqa: E402
 from planner.costing import estimate  # noqa: E402
-from planner.costing.framework import AMP_DEEPSPEED_MEGATRON  # noqa: E402
 from planner.costing.links import p2p_time_s  # noqa: E402
+from planner.costing.published_stacks import AMP_DEEPSPEED_MEGATRON  # noqa: E402
 from planner.costing.stage_cost import stage_cost  # noqa: E402
 from planner.costing.validation import default_data_dir  # noqa: E402
 from planner.costing.validation.amp import amp_runs  # noqa: E402

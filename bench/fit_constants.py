@@ -30,10 +30,10 @@ from cost_models import efficiency  # noqa: E402
 from cost_models.catalog import get_gpu  # noqa: E402
 from cost_models.compute import matmul_dtype  # noqa: E402
 from cost_models.profiles import ProfileSet  # noqa: E402
-from planner.costing.framework import (  # noqa: E402
+from planner.costing.framework import Framework  # noqa: E402
+from planner.costing.published_stacks import (  # noqa: E402
     AMP_DEEPSPEED_MEGATRON,
     SAILOR_DEEPSPEED,
-    Framework,
 )
 from planner.costing.validation.common import graph_for  # noqa: E402
 

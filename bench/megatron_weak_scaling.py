@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import cost_models.compute as compute  # noqa: E402
 from cost_models.catalog import get_gpu  # noqa: E402
 from cost_models.profiles import ProfileSet  # noqa: E402
-from planner.costing.framework import MEGATRON_EAGER  # noqa: E402
+from planner.costing.published_stacks import MEGATRON_EAGER  # noqa: E402
 from planner.costing.validation import large_runs  # noqa: E402
 
 # Narayanan et al. 2021, Table 1: (billions of parameters, heads, hidden, layers, TP, PP,

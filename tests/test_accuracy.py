@@ -145,7 +145,7 @@ def test_mit_network_rate_matches_sailors_gradient_reduction_times() -> None:
 
     from cost_models.profiles import default_profiles
     from planner.costing.estimate import estimate
-    from planner.costing.framework import MEGATRON_EAGER
+    from planner.costing.published_stacks import MEGATRON_EAGER
     from planner.costing.validation import sailor
     from planner.costing.validation.common import graph_for
 

@@ -21,16 +21,13 @@ from cost_models.attention import (
 )
 from cost_models.catalog import get_gpu
 from cost_models.efficiency import compute_constants
-from planner.costing.framework import (
+from planner.costing.framework import DEEPSPEED, MEGATRON_CORE, TORCHTITAN, Framework
+from planner.costing.layer_gemms import layer_gemm_factors
+from planner.costing.published_stacks import (
     AMP_DEEPSPEED_MEGATRON,
-    DEEPSPEED,
-    MEGATRON_CORE,
     MEGATRON_EAGER,
     SAILOR_DEEPSPEED,
-    TORCHTITAN,
-    Framework,
 )
-from planner.costing.layer_gemms import layer_gemm_factors
 from planner.costing.validation.mpt_foundry import LLM_FOUNDRY
 from planner.graph.layers import Layer
 from tests.block_layers import block_layer

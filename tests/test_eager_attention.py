@@ -12,9 +12,10 @@ from cost_models.catalog import get_gpu
 from cost_models.efficiency import compute_constants
 from cost_models.gemm_shape import GemmShape
 from cost_models.profiles import ProfileSet
-from planner.costing.framework import AMP_DEEPSPEED_MEGATRON, SAILOR_DEEPSPEED, Framework
+from planner.costing.framework import Framework
 from planner.costing.layer_cost import _score_traffic_bytes
 from planner.costing.layer_gemms import _eager_attention_shapes, layer_gemm_factors
+from planner.costing.published_stacks import AMP_DEEPSPEED_MEGATRON, SAILOR_DEEPSPEED
 from planner.costing.stage_cost import stage_cost
 from planner.costing.validation.common import graph_for
 

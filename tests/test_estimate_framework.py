@@ -12,8 +12,8 @@ from cost_models.efficiency import KERNELS_PER_BLOCK_FWD, compute_constants
 from cost_models.fusion import fused_block_bytes_per_token, fused_traffic_ratio
 from cost_models.profiles import ProfileSet
 from planner.costing import DEFAULT_FRAMEWORK, Framework, estimate, megatron_plan, stage_cost
-from planner.costing.framework import DEEPSPEED_PIPELINE
 from planner.costing.links import p2p_time_s
+from planner.costing.published_stacks import DEEPSPEED_PIPELINE
 from planner.simulate import StageTiming, simulate
 from tests.test_cost_fixtures import cluster, gpt_graph, gpu
 

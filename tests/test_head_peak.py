@@ -16,12 +16,11 @@ import pytest
 import torch
 
 from cost_models.profiles import ProfileSet
-from planner.costing.framework import (
+from planner.costing.framework import FRAMEWORKS, Framework
+from planner.costing.published_stacks import (
     AMP_DEEPSPEED_MEGATRON,
-    FRAMEWORKS,
     MEGATRON_EAGER,
     SAILOR_DEEPSPEED,
-    Framework,
 )
 from planner.costing.stage_cost import stage_cost
 from planner.graph.extract import extract

@@ -17,7 +17,8 @@ import pytest
 from planner.cluster import cluster_from_dict, load_cluster
 from planner.costing import megatron_plan
 from planner.costing.estimate import estimate
-from planner.costing.framework import DEFAULT_FRAMEWORK, MEGATRON_EAGER
+from planner.costing.framework import DEFAULT_FRAMEWORK
+from planner.costing.published_stacks import MEGATRON_EAGER
 from planner.errors import InfeasibleError
 from planner.graph import load_model
 from planner.schema import Plan

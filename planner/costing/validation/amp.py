@@ -27,8 +27,8 @@ from cost_models.profiles import ProfileSet
 from planner.cluster import load_cluster
 from planner.cluster.model import Cluster
 from planner.costing.estimate import estimate
-from planner.costing.framework import AMP_DEEPSPEED_MEGATRON
 from planner.costing.megatron import megatron_plan
+from planner.costing.published_stacks import AMP_DEEPSPEED_MEGATRON
 from planner.costing.validation.common import FileReport, Row, graph_for, summarise
 from planner.errors import HetplanError
 from planner.schema import Plan

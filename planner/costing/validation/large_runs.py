@@ -48,12 +48,12 @@ from planner.costing.estimate import estimate
 from planner.costing.framework import (
     DEEPSPEED,
     MEGATRON_CORE,
-    MEGATRON_EAGER,
     MEGATRON_STYLE,
     TORCHTITAN,
     Framework,
 )
 from planner.costing.megatron import megatron_plan
+from planner.costing.published_stacks import MEGATRON_EAGER
 from planner.costing.validation.common import FileReport, Row, graph_for, summarise
 from planner.errors import HetplanError
 

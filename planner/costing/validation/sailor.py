@@ -28,7 +28,7 @@ from pathlib import Path
 from cost_models.profiles import ProfileSet
 from planner.cluster import cluster_from_dict, load_cluster
 from planner.costing.estimate import estimate
-from planner.costing.framework import SAILOR_DEEPSPEED
+from planner.costing.published_stacks import SAILOR_DEEPSPEED
 from planner.costing.validation.common import FileReport, Row, graph_for, summarise
 from planner.errors import HetplanError
 from planner.schema import Plan
